@@ -1,0 +1,17 @@
+EXTENSION = sharded_seq
+MODULE_big = sharded_seq
+OBJS = src/sharded_seq.o src/catalog.o src/sequence.o src/sequence_admin.o src/counter.o
+DATA = $(wildcard sharded_seq--*.sql)
+PGFILEDESC = "sharded_seq - sharded sequences and counters"
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=sharded_seq
+
+# Tests build with warnings as errors: make WERROR=1
+ifdef WERROR
+PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
+endif
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

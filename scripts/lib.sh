@@ -1,0 +1,70 @@
+# scripts/lib.sh: helpers to run throwaway PostgreSQL clusters and memcached
+# servers on loopback.  Source it; it works as root (the cluster then runs as
+# the postgres user, because PostgreSQL refuses root) and as a normal user.
+
+PGBIN="$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)"
+ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Run a command as the user that owns the clusters.
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+    python3 - <<'PY'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+PY
+}
+
+# cluster_create DIR: initdb a cluster in DIR/data listening on a free port.
+# Exports PGHOST, PGPORT, PGUSER and PGDATA for psql, pgbench and pg_regress.
+cluster_create() {
+    local dir="$1"
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown -R postgres: "$dir"
+    as_pg "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 \
+        --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 || {
+        cat "$dir/initdb.log" >&2; return 1; }
+    PGPORT="$(free_port)"
+    cat >>"$dir/data/postgresql.conf" <<CONF
+port = $PGPORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$dir'
+max_connections = 100
+shared_buffers = 256MB
+# A long WAL writer delay keeps unflushed WAL in memory for longer, so a
+# crash test would catch a reservation handed out before its WAL was flushed.
+wal_writer_delay = 10s
+log_min_messages = warning
+log_line_prefix = '%m [%p] '
+CONF
+    export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATA="$dir/data"
+    export CLUSTER_DIR="$dir"
+}
+
+cluster_start() {
+    as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$CLUSTER_DIR/server.log" -w -t 60 start >/dev/null
+}
+
+# cluster_stop [fast|immediate]
+cluster_stop() {
+    as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m "${1:-fast}" -w -t 60 stop >/dev/null 2>&1 || true
+}
+
+cluster_destroy() {
+    cluster_stop immediate
+    [ -n "${CLUSTER_DIR:-}" ] && rm -rf "$CLUSTER_DIR"
+}
+
+# Create a database with the extension (and pgTAP when asked).
+db_create() {
+    local db="$1"; shift
+    psql -q -X -d postgres -c "CREATE DATABASE \"$db\"" >/dev/null
+    psql -q -X -d "$db" -c "CREATE EXTENSION sharded_seq" >/dev/null
+    for ext in "$@"; do psql -q -X -d "$db" -c "CREATE EXTENSION $ext" >/dev/null; done
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# scripts/setup.sh: install what is missing on Debian/Ubuntu, then build and
+# install the extension.  Safe to run again; it installs nothing twice.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+need=()
+for pkg in postgresql-15 postgresql-server-dev-15 postgresql-contrib libmemcached-dev \
+           libmemcached-tools memcached postgresql-15-pgtap \
+           libtap-parser-sourcehandler-pgtap-perl make gcc python3; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "==> installing: ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# Debian starts a memcached service on 11211; tests use their own ports.
+
+export PATH="/usr/lib/postgresql/15/bin:$PATH"
+echo "==> building"
+make -s clean >/dev/null
+make -s WERROR="${WERROR:-}" PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null
+echo "==> installing the extension"
+$SUDO make -s install PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null

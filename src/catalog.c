@@ -1,0 +1,327 @@
+/*
+ * catalog.c
+ *	  Catalog access shared by sequences and counters: name and argument
+ *	  validation, privileges (aclitem[] on each object, checked the way
+ *	  PostgreSQL checks its own), acting as the extension owner, and the
+ *	  epoch that tells every backend when a configuration row changed.
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "sharded_seq.h"
+
+/*
+ * Bumped whenever a relcache invalidation reaches one of our config tables
+ * (or everything is reset).  Cached configuration is valid only while the
+ * epoch it was loaded under is current.
+ */
+uint64		ConfigEpoch = 1;
+
+static Oid	cached_namespace = InvalidOid;
+static Oid	cached_owner = InvalidOid;
+
+static void
+ConfigInvalidated(Datum arg, Oid relid)
+{
+	/* Cheap and conservative: any relcache change may be ours. */
+	ConfigEpoch++;
+	if (relid == InvalidOid)
+	{
+		cached_namespace = InvalidOid;
+		cached_owner = InvalidOid;
+	}
+}
+
+void
+CatalogInit(void)
+{
+	CacheRegisterRelcacheCallback(ConfigInvalidated, (Datum) 0);
+}
+
+const char *
+KindName(ObjectKind kind)
+{
+	return kind == KIND_SEQUENCE ? "sharded sequence" : "counter";
+}
+
+void
+ValidateName(const char *name, ObjectKind kind)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("%s name must not be empty", KindName(kind)),
+				 errhint("Give a name such as 'orders_id'.")));
+	if (len > SHARDED_SEQ_MAX_NAME)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("%s name is too long (%zu bytes)", KindName(kind), len),
+				 errhint("Use a name of at most %d bytes.", SHARDED_SEQ_MAX_NAME)));
+}
+
+/* Fetch a name argument, rejecting NULL, empty and over-long names. */
+char *
+NameArg(FunctionCallInfo fcinfo, int argno, ObjectKind kind)
+{
+	char	   *name;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s name must not be null", KindName(kind)),
+				 errhint("Pass the %s's name as text.", KindName(kind))));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	ValidateName(name, kind);
+	return name;
+}
+
+void
+ValidateShards(int shards, ObjectKind kind)
+{
+	if (shards < 1 || shards > SHARDED_SEQ_MAX_SHARDS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("shards must be between 1 and %d, not %d",
+						SHARDED_SEQ_MAX_SHARDS, shards),
+				 errhint("About as many shards as concurrent writers to the %s is enough.",
+						 KindName(kind))));
+}
+
+void
+ValidateBlock(int block)
+{
+	if (block < 1 || block > SHARDED_SEQ_MAX_BLOCK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("block must be between 1 and %d, not %d",
+						SHARDED_SEQ_MAX_BLOCK, block),
+				 errhint("A block is how many values a session reserves at once; 100 to 10000 suits most workloads.")));
+}
+
+static Oid
+ConfigNamespace(void)
+{
+	if (!OidIsValid(cached_namespace))
+	{
+		cached_namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+		if (!OidIsValid(cached_namespace))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_SCHEMA),
+					 errmsg("schema \"%s\" does not exist", SHARDED_SEQ_SCHEMA),
+					 errhint("Run CREATE EXTENSION sharded_seq in this database.")));
+	}
+	return cached_namespace;
+}
+
+Oid
+ConfigRelid(const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, ConfigNamespace());
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table %s.%s does not exist", SHARDED_SEQ_SCHEMA, relname),
+				 errhint("Reinstall the extension: DROP EXTENSION sharded_seq; CREATE EXTENSION sharded_seq.")));
+	return relid;
+}
+
+/* The role that owns the extension's tables, which the admin code acts as. */
+Oid
+ExtensionOwner(void)
+{
+	if (!OidIsValid(cached_owner))
+	{
+		HeapTuple	tup;
+		Oid			relid = ConfigRelid("sequence_config");
+
+		tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for relation %u", relid);
+		cached_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+		ReleaseSysCache(tup);
+	}
+	return cached_owner;
+}
+
+void
+BecomeExtensionOwner(Oid *saved_user, int *saved_context)
+{
+	GetUserIdAndSecContext(saved_user, saved_context);
+	SetUserIdAndSecContext(ExtensionOwner(),
+						   *saved_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+}
+
+void
+RestoreUser(Oid saved_user, int saved_context)
+{
+	SetUserIdAndSecContext(saved_user, saved_context);
+}
+
+static const char *
+PrivilegeName(AclMode mode)
+{
+	if (mode & ACL_UPDATE)
+		return "update";
+	if (mode & ACL_SELECT)
+		return "select";
+	return "usage";
+}
+
+/* Raise 42501 unless the current user holds one of the rights in mode. */
+void
+CheckPrivilege(ObjectKind kind, const char *name, Oid owner, Acl *acl,
+			   AclMode mode)
+{
+	Oid			user = GetUserId();
+	Acl		   *effective = acl ? acl : acldefault(OBJECT_SEQUENCE, owner);
+
+	if (aclmask(effective, user, owner, mode, ACLMASK_ANY) != 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for %s \"%s\"", KindName(kind), name),
+			 errhint("The owner can run sharded_seq.grant_%s('%s', '%s', '%s').",
+					 kind == KIND_SEQUENCE ? "sequence" : "counter", name,
+					 GetUserNameFromId(user, false), PrivilegeName(mode))));
+}
+
+void
+CheckOwnership(ObjectKind kind, const char *name, Oid owner)
+{
+	if (has_privs_of_role(GetUserId(), owner))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("must be owner of %s \"%s\"", KindName(kind), name),
+			 errhint("Connect as role \"%s\" or a member of it.",
+					 GetUserNameFromId(owner, false))));
+}
+
+static AclMode
+ParsePrivileges(ObjectKind kind, const char *privilege)
+{
+	if (kind == KIND_SEQUENCE && pg_strcasecmp(privilege, "usage") == 0)
+		return ACL_USAGE;
+	if (kind == KIND_SEQUENCE && pg_strcasecmp(privilege, "all") == 0)
+		return ACL_USAGE;
+	if (kind == KIND_COUNTER && pg_strcasecmp(privilege, "select") == 0)
+		return ACL_SELECT;
+	if (kind == KIND_COUNTER && pg_strcasecmp(privilege, "update") == 0)
+		return ACL_UPDATE;
+	if (kind == KIND_COUNTER && pg_strcasecmp(privilege, "all") == 0)
+		return ACL_SELECT | ACL_UPDATE;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_GRANT_OPERATION),
+			 errmsg("unknown privilege \"%s\" for a %s", privilege, KindName(kind)),
+			 errhint("%s", kind == KIND_SEQUENCE ?
+					 "Sequences take 'usage' (or 'all')." :
+					 "Counters take 'select', 'update' or 'all'.")));
+	return 0;					/* keep compiler quiet */
+}
+
+/* Grant or revoke privilege for grantee ('public' or a role) on one object. */
+Acl *
+ChangeAcl(ObjectKind kind, const char *name, Oid owner, Acl *acl,
+		  const char *grantee, const char *privilege, bool grant)
+{
+	AclItem		item;
+	Oid			grantee_id;
+
+	if (pg_strcasecmp(grantee, "public") == 0)
+		grantee_id = ACL_ID_PUBLIC;
+	else
+	{
+		grantee_id = get_role_oid(grantee, true);
+		if (!OidIsValid(grantee_id))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("role \"%s\" does not exist", grantee),
+					 errhint("Create the role first, or name 'public'.")));
+	}
+	item.ai_grantee = grantee_id;
+	item.ai_grantor = owner;
+	ACLITEM_SET_PRIVS_GOPTIONS(item, ParsePrivileges(kind, privilege), ACL_NO_RIGHTS);
+	if (acl == NULL)
+		acl = acldefault(OBJECT_SEQUENCE, owner);
+	return aclupdate(acl, &item, grant ? ACL_MODECHG_ADD : ACL_MODECHG_DEL,
+					 owner, DROP_RESTRICT);
+}
+
+/* Tell every backend, at commit, that a config row changed. */
+void
+AnnounceConfigChange(const char *relname)
+{
+	CacheInvalidateRelcacheByRelid(ConfigRelid(relname));
+}
+
+void
+ReportNotFound(ObjectKind kind, const char *name)
+{
+	if (kind == KIND_SEQUENCE)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("sharded sequence \"%s\" does not exist", name),
+				 errhint("Create it with sharded_seq.create_sequence('%s'), or list the existing ones in sharded_seq.sequences.", name)));
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("counter \"%s\" does not exist", name),
+			 errhint("Create it with sharded_seq.create_counter('%s'), or list the existing ones in sharded_seq.counters.", name)));
+}
+
+/* Called as the extension owner, inside SPI. */
+int32
+NextObjectId(void)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+	int64		id;
+
+	PreparePlan(&plan, "SELECT pg_catalog.nextval('sharded_seq.object_id_seq'::pg_catalog.regclass)", 0, NULL);
+	if (SPI_execute_plan(plan, NULL, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not allocate an object id");
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (id > PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many sharded sequences and counters have been created"),
+				 errhint("Identifiers are never reused; drop objects you no longer need and reuse their names.")));
+	return (int32) id;
+}
+
+/*
+ * Prepare (once per backend) a plan kept across transactions.  The plan
+ * refers to our tables by schema-qualified name, so it follows a
+ * DROP/CREATE EXTENSION through plan invalidation.
+ */
+SPIPlanPtr
+PreparePlan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*cache == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+				 SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		*cache = plan;
+	}
+	return *cache;
+}

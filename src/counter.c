@@ -1,0 +1,637 @@
+/*
+ * counter.c
+ *	  The counter engine (exact mode): counter_incr, counter_value and the
+ *	  counter administration functions.
+ *
+ * A counter is a set of shard rows; its total is their sum.  An increment
+ * updates one shard inside the caller's transaction.  It first tries this
+ * session's shard, then any shard, skipping rows other transactions hold,
+ * and waits only when every shard is locked.  So an increment never queues
+ * behind another while a shard is free, and choosing a shard never adds a
+ * lock wait that could close a deadlock cycle.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "sharded_seq.h"
+
+typedef struct CounterEntry
+{
+	char		name[NAMEDATALEN];	/* hash key */
+	uint64		loaded_epoch;
+	bool		exists;
+	int32		id;
+	int32		shards;
+	int32		shard;			/* this session's preferred shard */
+	Oid			owner;
+	Acl		   *acl;			/* in TopMemoryContext, or NULL */
+	Oid			select_user;	/* user whose SELECT was checked, or 0 */
+	Oid			update_user;	/* user whose UPDATE was checked, or 0 */
+} CounterEntry;
+
+typedef struct CounterCallCache
+{
+	int			len;
+	char		name[NAMEDATALEN];
+	CounterEntry *entry;
+} CounterCallCache;
+
+static HTAB *CounterEntries = NULL;
+static uint32 CounterSalt = 0;
+
+static void
+RunAsOwner(Oid *saved_user, int *saved_context)
+{
+	BecomeExtensionOwner(saved_user, saved_context);
+	SPI_connect();
+}
+
+static void
+EndAsOwner(Oid saved_user, int saved_context)
+{
+	SPI_finish();
+	RestoreUser(saved_user, saved_context);
+}
+
+/* Load a counter's configuration with the latest snapshot (inside SPI). */
+static void
+LoadCounterConfig(CounterEntry *entry)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(entry->name)};
+
+	PreparePlan(&plan,
+				"SELECT id, shards, owner::pg_catalog.oid, acl"
+				"  FROM sharded_seq.counter_config WHERE name = $1",
+				1, argtypes);
+	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
+							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.counter_config");
+	entry->loaded_epoch = ConfigEpoch;
+	entry->select_user = entry->update_user = InvalidOid;
+	if (entry->acl)
+		pfree(entry->acl);
+	entry->acl = NULL;
+	entry->exists = (SPI_processed == 1);
+	if (entry->exists)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		acl;
+
+		entry->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		entry->shards = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		entry->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+		acl = SPI_getbinval(tup, desc, 4, &isnull);
+		if (!isnull)
+		{
+			Acl		   *a = DatumGetAclP(acl);
+
+			entry->acl = MemoryContextAlloc(TopMemoryContext, VARSIZE(a));
+			memcpy(entry->acl, a, VARSIZE(a));
+		}
+		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) % (uint32) entry->shards);
+	}
+}
+
+static void
+ValidateMode(const char *mode)
+{
+	if (strcmp(mode, "exact") == 0)
+		return;
+	if (strcmp(mode, "buffered") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("mode \"buffered\" is not available in this version of sharded_seq"),
+				 errdetail("Buffered counters collect increments in memcached, which this version does not use."),
+				 errhint("Use mode => 'exact'.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown counter mode \"%s\"", mode),
+			 errhint("mode must be 'exact' or 'buffered'.")));
+}
+
+/* Insert a counter and its shard rows (inside SPI, as the owner). */
+static bool
+InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
+			  bool if_not_exists)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_ine = NULL;
+	static SPIPlanPtr shards_plan = NULL;
+	Oid			argtypes[5] = {INT4OID, TEXTOID, INT4OID, TEXTOID, OIDOID};
+	Datum		args[5];
+	Oid			shard_types[2] = {INT4OID, INT4OID};
+	Datum		shard_args[2];
+	const char *sql =
+		"INSERT INTO sharded_seq.counter_config (id, name, shards, mode, owner)"
+		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
+	int32		id = NextObjectId();
+
+	args[0] = Int32GetDatum(id);
+	args[1] = CStringGetTextDatum(name);
+	args[2] = Int32GetDatum(shards);
+	args[3] = CStringGetTextDatum(mode);
+	args[4] = ObjectIdGetDatum(owner);
+	if (if_not_exists)
+		PreparePlan(&plan_ine, psprintf("%s ON CONFLICT (name) DO NOTHING", sql), 5, argtypes);
+	else
+		PreparePlan(&plan, sql, 5, argtypes);
+	if (SPI_execute_plan(if_not_exists ? plan_ine : plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not create counter \"%s\"", name);
+	if (SPI_processed == 0)
+		return false;			/* someone else created it first */
+
+	shard_args[0] = Int32GetDatum(id);
+	shard_args[1] = Int32GetDatum(shards);
+	PreparePlan(&shards_plan,
+				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
+				" SELECT $1, g FROM pg_catalog.generate_series(0, $2 - 1) g",
+				2, shard_types);
+	if (SPI_execute_plan(shards_plan, shard_args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not create shards of counter \"%s\"", name);
+	AnnounceConfigChange("counter_config");
+	return true;
+}
+
+static CounterEntry *
+LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
+{
+	CounterCallCache *cc = (CounterCallCache *) fcinfo->flinfo->fn_extra;
+	CounterEntry *entry;
+	text	   *arg;
+	int			len;
+
+	if (PG_ARGISNULL(0))
+		(void) NameArg(fcinfo, 0, KIND_COUNTER);	/* raises */
+	arg = PG_GETARG_TEXT_PP(0);
+	len = VARSIZE_ANY_EXHDR(arg);
+
+	if (cc && cc->len == len && memcmp(cc->name, VARDATA_ANY(arg), len) == 0)
+		entry = cc->entry;
+	else
+	{
+		char	   *name = text_to_cstring(arg);
+		char		key[NAMEDATALEN];
+		bool		found;
+
+		ValidateName(name, KIND_COUNTER);
+		if (CounterEntries == NULL)
+		{
+			HASHCTL		ctl;
+
+			ctl.keysize = NAMEDATALEN;
+			ctl.entrysize = sizeof(CounterEntry);
+			CounterEntries = hash_create("sharded_seq counters", 32, &ctl,
+										 HASH_ELEM | HASH_STRINGS);
+			CounterSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime);
+		}
+		memset(key, 0, sizeof(key));
+		strlcpy(key, name, sizeof(key));
+		entry = hash_search(CounterEntries, key, HASH_ENTER, &found);
+		if (!found)
+		{
+			entry->loaded_epoch = 0;
+			entry->acl = NULL;
+		}
+		if (cc == NULL)
+			cc = fcinfo->flinfo->fn_extra =
+				MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(CounterCallCache));
+		cc->len = len;
+		memcpy(cc->name, VARDATA_ANY(arg), len);
+		cc->entry = entry;
+	}
+
+	AcceptInvalidationMessages();
+	if (entry->loaded_epoch != ConfigEpoch || (!entry->exists && create_missing))
+	{
+		Oid			saved_user;
+		int			saved_context;
+		Oid			caller = GetUserId();
+
+		RunAsOwner(&saved_user, &saved_context);
+		LoadCounterConfig(entry);
+		if (!entry->exists && create_missing)
+		{
+			PreventCommandIfReadOnly("counter_incr()");
+			InsertCounter(entry->name, DefaultCounterShards, "exact", caller, true);
+			CommandCounterIncrement();
+			LoadCounterConfig(entry);
+		}
+		EndAsOwner(saved_user, saved_context);
+	}
+	if (!entry->exists)
+		ReportNotFound(KIND_COUNTER, entry->name);
+	return entry;
+}
+
+static void
+CheckCounterPrivilege(CounterEntry *entry, AclMode mode)
+{
+	Oid			user = GetUserId();
+	Oid		   *checked = (mode == ACL_SELECT) ? &entry->select_user : &entry->update_user;
+
+	if (*checked == user)
+		return;
+	CheckPrivilege(KIND_COUNTER, entry->name, entry->owner, entry->acl, mode);
+	*checked = user;
+}
+
+/*
+ * Run one of the increment statements; they differ only in how the shard is
+ * chosen.  Returns false when no shard row could be taken.
+ */
+static bool
+TryIncrement(SPIPlanPtr plan, CounterEntry *entry, int64 delta, int64 *total)
+{
+	Datum		args[3] = {Int32GetDatum(entry->id), Int32GetDatum(entry->shard), Int64GetDatum(delta)};
+	bool		isnull;
+
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not increment counter \"%s\"", entry->name);
+	if (SPI_processed == 0)
+		return false;
+	*total = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	return true;
+}
+
+#define INCREMENT_SQL(choice) \
+	"WITH u AS (" \
+	"  UPDATE sharded_seq.counter_shards SET value = value + $3" \
+	"   WHERE counter_id = $1 AND shard = (" choice ")" \
+	"  RETURNING shard, value)" \
+	"SELECT (u.value::pg_catalog.numeric + coalesce((" \
+	"    SELECT pg_catalog.sum(o.value) FROM sharded_seq.counter_shards o" \
+	"     WHERE o.counter_id = $1 AND o.shard <> u.shard), 0))::pg_catalog.int8" \
+	"  FROM u"
+
+/* this session's shard, if no other transaction holds it */
+#define CHOOSE_OWN \
+	"SELECT s.shard FROM sharded_seq.counter_shards s" \
+	" WHERE s.counter_id = $1 AND s.shard = $2 FOR UPDATE SKIP LOCKED"
+/* the next shard after ours that no other transaction holds */
+#define CHOOSE_FREE \
+	"SELECT s.shard FROM sharded_seq.counter_shards s WHERE s.counter_id = $1" \
+	" ORDER BY s.shard <= $2, s.shard LIMIT 1 FOR UPDATE SKIP LOCKED"
+/* every shard is held: wait for ours (or the first, if ours is gone) */
+#define CHOOSE_WAIT \
+	"SELECT s.shard FROM sharded_seq.counter_shards s WHERE s.counter_id = $1" \
+	" ORDER BY s.shard <> $2, s.shard LIMIT 1 FOR UPDATE"
+
+PG_FUNCTION_INFO_V1(counter_incr);
+Datum
+counter_incr(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr own_plan = NULL;
+	static SPIPlanPtr free_plan = NULL;
+	static SPIPlanPtr wait_plan = NULL;
+	Oid			argtypes[3] = {INT4OID, INT4OID, INT8OID};
+	CounterEntry *entry;
+	int64		delta;
+	int64		total = 0;
+	Oid			saved_user;
+	int			saved_context;
+	bool		done;
+	MemoryContext oldcontext = CurrentMemoryContext;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("delta must not be null"),
+				 errhint("Pass a number to add, or leave delta out to add 1.")));
+	delta = PG_GETARG_INT64(1);
+	PreventCommandIfReadOnly("counter_incr()");
+	PreventCommandIfParallelMode("counter_incr()");
+
+	entry = LookupCounter(fcinfo, true);
+	CheckCounterPrivilege(entry, ACL_UPDATE);
+
+	RunAsOwner(&saved_user, &saved_context);
+	PreparePlan(&own_plan, INCREMENT_SQL(CHOOSE_OWN), 3, argtypes);
+	PreparePlan(&free_plan, INCREMENT_SQL(CHOOSE_FREE), 3, argtypes);
+	PreparePlan(&wait_plan, INCREMENT_SQL(CHOOSE_WAIT), 3, argtypes);
+	PG_TRY();
+	{
+		done = TryIncrement(own_plan, entry, delta, &total) ||
+			TryIncrement(free_plan, entry, delta, &total) ||
+			TryIncrement(wait_plan, entry, delta, &total);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE)
+			PG_RE_THROW();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("counter \"%s\" would overflow bigint", entry->name),
+				 errdetail("Adding %lld does not fit in a shard or in the total.", (long long) delta),
+				 errhint("Nothing was changed.  Reset the counter with sharded_seq.drop_counter() and create_counter(), or keep totals within bigint.")));
+	}
+	PG_END_TRY();
+	EndAsOwner(saved_user, saved_context);
+
+	if (!done)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("counter \"%s\" has no shard rows visible to this transaction", entry->name),
+				 errdetail("The counter was created or altered after this transaction took its snapshot."),
+				 errhint("Retry the transaction.")));
+	PG_RETURN_INT64(total);
+}
+
+/* Sum of a counter's shards as the caller's snapshot sees them (inside SPI). */
+static int64
+SumShards(int32 id, const char *name)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(id)};
+	bool		isnull;
+	Datum		sum;
+
+	PreparePlan(&plan,
+				"SELECT pg_catalog.sum(value) FROM sharded_seq.counter_shards WHERE counter_id = $1",
+				1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read counter \"%s\"", name);
+	sum = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return 0;
+	return DatumGetInt64(DirectFunctionCall1(numeric_int8, sum));
+}
+
+PG_FUNCTION_INFO_V1(counter_value);
+Datum
+counter_value(PG_FUNCTION_ARGS)
+{
+	CounterEntry *entry = LookupCounter(fcinfo, false);
+	Oid			saved_user;
+	int			saved_context;
+	int64		total;
+
+	CheckCounterPrivilege(entry, ACL_SELECT);
+	RunAsOwner(&saved_user, &saved_context);
+	total = SumShards(entry->id, entry->name);
+	EndAsOwner(saved_user, saved_context);
+	PG_RETURN_INT64(total);
+}
+
+PG_FUNCTION_INFO_V1(counter_total);
+Datum
+counter_total(PG_FUNCTION_ARGS)
+{
+	Oid			saved_user;
+	int			saved_context;
+	int64		total;
+
+	RunAsOwner(&saved_user, &saved_context);
+	total = SumShards(PG_GETARG_INT32(0), "?");
+	EndAsOwner(saved_user, saved_context);
+	PG_RETURN_INT64(total);
+}
+
+/* ---- administration ---- */
+
+typedef struct CounterRow
+{
+	int32		id;
+	int32		shards;
+	Oid			owner;
+	Acl		   *acl;
+} CounterRow;
+
+/* Row-lock and return an owned counter (inside SPI, as the owner). */
+static void
+FetchOwnedCounter(Oid caller, const char *name, CounterRow *row)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		acl;
+
+	PreparePlan(&plan,
+				"SELECT id, shards, owner::pg_catalog.oid, acl FROM sharded_seq.counter_config"
+				" WHERE name = $1 FOR UPDATE", 1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.counter_config");
+	if (SPI_processed == 0)
+		ReportNotFound(KIND_COUNTER, name);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	row->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+	row->shards = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+	row->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+	acl = SPI_getbinval(tup, desc, 4, &isnull);
+	row->acl = isnull ? NULL : DatumGetAclP(acl);
+	if (!has_privs_of_role(caller, row->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of counter \"%s\"", name),
+				 errhint("Connect as role \"%s\" or a member of it.",
+						 GetUserNameFromId(row->owner, false))));
+}
+
+static void
+ExecOrFail(SPIPlanPtr plan, Datum *args, int expected, const char *what)
+{
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != expected)
+		elog(ERROR, "could not %s", what);
+}
+
+PG_FUNCTION_INFO_V1(create_counter);
+Datum
+create_counter(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	int32		shards = PG_ARGISNULL(1) ? DefaultCounterShards : PG_GETARG_INT32(1);
+	char	   *mode;
+	Oid			caller = GetUserId();
+	Oid			saved_user;
+	int			saved_context;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("mode must not be null"),
+				 errhint("Leave mode out to create an exact counter.")));
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	ValidateShards(shards, KIND_COUNTER);
+	ValidateMode(mode);
+	PreventCommandIfReadOnly("sharded_seq.create_counter()");
+
+	RunAsOwner(&saved_user, &saved_context);
+	if (!InsertCounter(name, shards, mode, caller, true))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("counter \"%s\" already exists", name),
+				 errhint("Use sharded_seq.alter_counter() to change it, or choose another name.")));
+	EndAsOwner(saved_user, saved_context);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(alter_counter);
+Datum
+alter_counter(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	static SPIPlanPtr grow_plan = NULL;
+	static SPIPlanPtr shrink_plan = NULL;
+	static SPIPlanPtr fold_plan = NULL;
+	static SPIPlanPtr config_plan = NULL;
+	Oid			types3[3] = {INT4OID, INT4OID, INT4OID};
+	Oid			types2[2] = {INT4OID, INT4OID};
+	Oid			caller = GetUserId();
+	Oid			saved_user;
+	int			saved_context;
+	CounterRow	row;
+	int32		shards;
+
+	if (!PG_ARGISNULL(1))
+		ValidateShards(PG_GETARG_INT32(1), KIND_COUNTER);
+	if (!PG_ARGISNULL(2))
+		ValidateMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	PreventCommandIfReadOnly("sharded_seq.alter_counter()");
+
+	RunAsOwner(&saved_user, &saved_context);
+	FetchOwnedCounter(caller, name, &row);
+	shards = PG_ARGISNULL(1) ? row.shards : PG_GETARG_INT32(1);
+	if (shards > row.shards)
+	{
+		Datum		args[3] = {Int32GetDatum(row.id), Int32GetDatum(row.shards), Int32GetDatum(shards)};
+
+		PreparePlan(&grow_plan,
+					"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
+					" SELECT $1, g FROM pg_catalog.generate_series($2, $3 - 1) g",
+					3, types3);
+		ExecOrFail(grow_plan, args, SPI_OK_INSERT, "add counter shards");
+	}
+	else if (shards < row.shards)
+	{
+		/* Move the removed shards' values into shard 0, in one transaction. */
+		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
+
+		PreparePlan(&shrink_plan,
+					"WITH gone AS (DELETE FROM sharded_seq.counter_shards"
+					"               WHERE counter_id = $1 AND shard >= $2 RETURNING value)"
+					"UPDATE sharded_seq.counter_shards"
+					"   SET value = (value::pg_catalog.numeric + (SELECT coalesce(pg_catalog.sum(value), 0) FROM gone))::pg_catalog.int8"
+					" WHERE counter_id = $1 AND shard = 0",
+					2, types2);
+		PreparePlan(&fold_plan,
+					"SELECT 1 FROM sharded_seq.counter_shards WHERE counter_id = $1 AND shard >= $2 FOR UPDATE",
+					2, types2);
+		/* lock the removed shards first, so the DELETE sees their final values */
+		ExecOrFail(fold_plan, args, SPI_OK_SELECT, "lock counter shards");
+		ExecOrFail(shrink_plan, args, SPI_OK_UPDATE, "remove counter shards");
+	}
+	if (shards != row.shards)
+	{
+		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
+
+		PreparePlan(&config_plan,
+					"UPDATE sharded_seq.counter_config SET shards = $2, altered_at = pg_catalog.now()"
+					" WHERE id = $1", 2, types2);
+		ExecOrFail(config_plan, args, SPI_OK_UPDATE, "update counter");
+		AnnounceConfigChange("counter_config");
+	}
+	EndAsOwner(saved_user, saved_context);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(drop_counter);
+Datum
+drop_counter(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Oid			caller = GetUserId();
+	Oid			saved_user;
+	int			saved_context;
+	CounterRow	row;
+	Datum		args[1];
+
+	PreventCommandIfReadOnly("sharded_seq.drop_counter()");
+	RunAsOwner(&saved_user, &saved_context);
+	FetchOwnedCounter(caller, name, &row);
+	args[0] = Int32GetDatum(row.id);
+	PreparePlan(&plan,
+				"WITH s AS (DELETE FROM sharded_seq.counter_shards WHERE counter_id = $1)"
+				"DELETE FROM sharded_seq.counter_config WHERE id = $1",
+				1, argtypes);
+	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
+	AnnounceConfigChange("counter_config");
+	EndAsOwner(saved_user, saved_context);
+	PG_RETURN_VOID();
+}
+
+static void
+ChangeCounterAcl(FunctionCallInfo fcinfo, bool grant)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, ACLITEMARRAYOID};
+	Oid			caller = GetUserId();
+	Oid			saved_user;
+	int			saved_context;
+	CounterRow	row;
+	Datum		args[2];
+	char	   *grantee;
+	char	   *privilege;
+
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("grantee and privilege must not be null"),
+				 errhint("Name a role (or 'public') and a privilege: 'select', 'update' or 'all'.")));
+	grantee = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	privilege = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	PreventCommandIfReadOnly("sharded_seq.grant_counter()");
+
+	RunAsOwner(&saved_user, &saved_context);
+	FetchOwnedCounter(caller, name, &row);
+	args[0] = Int32GetDatum(row.id);
+	args[1] = PointerGetDatum(ChangeAcl(KIND_COUNTER, name, row.owner, row.acl,
+										grantee, privilege, grant));
+	PreparePlan(&plan, "UPDATE sharded_seq.counter_config SET acl = $2 WHERE id = $1",
+				2, argtypes);
+	ExecOrFail(plan, args, SPI_OK_UPDATE, "change counter privileges");
+	AnnounceConfigChange("counter_config");
+	EndAsOwner(saved_user, saved_context);
+}
+
+PG_FUNCTION_INFO_V1(grant_counter);
+Datum
+grant_counter(PG_FUNCTION_ARGS)
+{
+	ChangeCounterAcl(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(revoke_counter);
+Datum
+revoke_counter(PG_FUNCTION_ARGS)
+{
+	ChangeCounterAcl(fcinfo, false);
+	PG_RETURN_VOID();
+}

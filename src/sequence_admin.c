@@ -1,0 +1,555 @@
+/*
+ * sequence_admin.c
+ *	  Administration of sharded sequences: create, alter, advance, drop,
+ *	  grant and revoke, and the reserved high-water mark.
+ *
+ * A layout change (shards, block, advance) never edits the old shards.  It
+ * locks them against new reservations, reads how far they got, and starts a
+ * new generation of shards above that.  Everything is transactional: a
+ * rolled-back alter leaves the old generation in force and untouched.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "sharded_seq.h"
+
+typedef struct SeqRow
+{
+	int32		id;
+	int32		generation;
+	int64		base;
+	int32		shards;
+	int32		block;
+	Oid			owner;
+	Acl		   *acl;
+} SeqRow;
+
+/*
+ * First value of block k of a shard: base + (k * shards + shard) * block.
+ * Sets *overflow when that lies beyond bigint.
+ */
+int64
+BlockStart(int64 base, int64 k, int32 shards, int32 shard, int32 block,
+		   bool *overflow)
+{
+	int64		index;
+	int64		offset;
+	int64		start;
+
+	*overflow = pg_mul_s64_overflow(k, shards, &index) ||
+		pg_add_s64_overflow(index, shard, &index) ||
+		pg_mul_s64_overflow(index, block, &offset) ||
+		pg_add_s64_overflow(base, offset, &start);
+	return *overflow ? 0 : start;
+}
+
+/*
+ * Highest value any shard of this generation has reserved, or base - 1 when
+ * none has.  Runs inside SPI as the extension owner.
+ */
+int64
+GenerationHighWater(int32 seq_id, int32 generation, int64 base, int32 shards,
+					int32 block)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, INT4OID};
+	Datum		args[2] = {Int32GetDatum(seq_id), Int32GetDatum(generation)};
+	int64		high = base - 1;	/* base > PG_INT64_MIN, see create */
+
+	PreparePlan(&plan,
+				"SELECT s.shard, pg_catalog.pg_sequence_last_value(s.relid)"
+				"  FROM sharded_seq.sequence_shards s"
+				" WHERE s.seq_id = $1 AND s.generation = $2",
+				2, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read shards of sharded sequence %d", seq_id);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		bool		isnull;
+		int32		shard = DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+		Datum		k = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
+		bool		overflow;
+		int64		start;
+		int64		end;
+
+		if (isnull)
+			continue;
+		start = BlockStart(base, DatumGetInt64(k), shards, shard, block, &overflow);
+		if (overflow || pg_add_s64_overflow(start, (int64) block - 1, &end))
+			end = PG_INT64_MAX;
+		high = Max(high, end);
+	}
+	return high;
+}
+
+static void
+RunSql(const char *sql)
+{
+	if (SPI_execute(sql, false, 0) < 0)
+		elog(ERROR, "could not run \"%s\"", sql);
+}
+
+/* Create the native sequences that hold one generation's shards. */
+static void
+CreateShards(int32 seq_id, int32 generation, int32 shards)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[4] = {INT4OID, INT4OID, INT4OID, OIDOID};
+
+	PreparePlan(&plan,
+				"INSERT INTO sharded_seq.sequence_shards (seq_id, generation, shard, relid)"
+				" VALUES ($1, $2, $3, $4)", 4, argtypes);
+	for (int32 i = 0; i < shards; i++)
+	{
+		/* built from integers only: no user text reaches the SQL */
+		char	   *relname = psprintf("seq_%d_g%d_s%d", seq_id, generation, i);
+		Datum		args[4];
+
+		RunSql(psprintf("CREATE SEQUENCE %s.%s MINVALUE 0 START 0 NO CYCLE",
+						SHARDED_SEQ_SCHEMA, relname));
+		args[0] = Int32GetDatum(seq_id);
+		args[1] = Int32GetDatum(generation);
+		args[2] = Int32GetDatum(i);
+		args[3] = ObjectIdGetDatum(get_relname_relid(relname,
+													 get_namespace_oid(SHARDED_SEQ_SCHEMA, false)));
+		if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not record shard %d of sharded sequence %d", i, seq_id);
+	}
+}
+
+/*
+ * Drop the shards of generations before keep_generation (all of them when
+ * keep_generation is 0).  With wait = false, shards still locked by some
+ * transaction are left for a later alter or drop.
+ */
+static void
+DropShards(int32 seq_id, int32 keep_generation, bool wait)
+{
+	static SPIPlanPtr list_plan = NULL;
+	static SPIPlanPtr delete_plan = NULL;
+	Oid			argtypes[2] = {INT4OID, INT4OID};
+	Oid			del_argtypes[1] = {OIDOID};
+	Datum		args[2] = {Int32GetDatum(seq_id), Int32GetDatum(keep_generation)};
+	SPITupleTable *shards;
+	uint64		n;
+
+	PreparePlan(&list_plan,
+				"SELECT relid::pg_catalog.oid FROM sharded_seq.sequence_shards"
+				" WHERE seq_id = $1 AND ($2 = 0 OR generation < $2)",
+				2, argtypes);
+	PreparePlan(&delete_plan,
+				"DELETE FROM sharded_seq.sequence_shards WHERE relid = $1",
+				1, del_argtypes);
+	if (SPI_execute_plan(list_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list shards of sharded sequence %d", seq_id);
+	shards = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Oid			relid = DatumGetObjectId(SPI_getbinval(shards->vals[i], shards->tupdesc, 1, &isnull));
+		char	   *relname = get_rel_name(relid);
+		Datum		del_args[1] = {ObjectIdGetDatum(relid)};
+
+		if (!wait && !ConditionalLockRelationOid(relid, AccessExclusiveLock))
+			continue;
+		if (relname != NULL)
+			RunSql(psprintf("DROP SEQUENCE %s.%s", SHARDED_SEQ_SCHEMA,
+							quote_identifier(relname)));
+		if (SPI_execute_plan(delete_plan, del_args, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not forget shard %u", relid);
+	}
+}
+
+/* Read and row-lock a sequence's config row; false if there is none. */
+static bool
+FetchSeqRow(const char *name, SeqRow *row, bool for_update)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr lock_plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	const char *sql =
+		"SELECT id, generation, base, shards, block, owner::pg_catalog.oid, acl"
+		"  FROM sharded_seq.sequence_config WHERE name = $1";
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		acl;
+
+	if (for_update)
+		PreparePlan(&lock_plan, psprintf("%s FOR UPDATE", sql), 1, argtypes);
+	else
+		PreparePlan(&plan, sql, 1, argtypes);
+	if (SPI_execute_plan(for_update ? lock_plan : plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.sequence_config");
+	if (SPI_processed == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	row->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+	row->generation = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+	row->base = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+	row->shards = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+	row->block = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+	row->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 6, &isnull));
+	acl = SPI_getbinval(tup, desc, 7, &isnull);
+	row->acl = isnull ? NULL : DatumGetAclP(acl);
+	return true;
+}
+
+static void
+ValidateTier(const char *tier)
+{
+	if (strcmp(tier, "database") == 0)
+		return;
+	if (strcmp(tier, "memcached") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("tier \"memcached\" is not available in this version of sharded_seq"),
+				 errhint("Use tier => 'database'; it needs no external service.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown tier \"%s\"", tier),
+			 errhint("tier must be 'database' or 'memcached'.")));
+}
+
+/*
+ * Start a new generation with the given layout whose first value is above
+ * everything reserved so far and at least min_base.
+ */
+static void
+NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
+			  int64 min_base)
+{
+	static SPIPlanPtr list_plan = NULL;
+	static SPIPlanPtr update_plan = NULL;
+	Oid			list_types[2] = {INT4OID, INT4OID};
+	Datum		list_args[2] = {Int32GetDatum(row->id), Int32GetDatum(row->generation)};
+	Oid			update_types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT4OID};
+	Datum		update_args[5];
+	int64		high;
+	int64		base;
+
+	/* Wait out and block new reservations from the current generation. */
+	PreparePlan(&list_plan,
+				"SELECT relid::pg_catalog.oid FROM sharded_seq.sequence_shards"
+				" WHERE seq_id = $1 AND generation = $2", 2, list_types);
+	if (SPI_execute_plan(list_plan, list_args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list shards of sharded sequence \"%s\"", name);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		LockRelationOid(DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 1, &isnull)),
+						ShareRowExclusiveLock);
+	}
+
+	high = GenerationHighWater(row->id, row->generation, row->base, row->shards, row->block);
+	if (high == PG_INT64_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
+				 errmsg("sharded sequence \"%s\" has reached its maximum value", name),
+				 errhint("Values never wrap around; move to a new sequence.")));
+	base = Max(high + 1, min_base);
+
+	update_args[0] = Int32GetDatum(row->id);
+	update_args[1] = Int32GetDatum(row->generation + 1);
+	update_args[2] = Int64GetDatum(base);
+	update_args[3] = Int32GetDatum(shards);
+	update_args[4] = Int32GetDatum(block);
+	PreparePlan(&update_plan,
+				"UPDATE sharded_seq.sequence_config"
+				"   SET generation = $2, base = $3, shards = $4, block = $5,"
+				"       altered_at = pg_catalog.now()"
+				" WHERE id = $1", 5, update_types);
+	if (SPI_execute_plan(update_plan, update_args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update sharded sequence \"%s\"", name);
+	CreateShards(row->id, row->generation + 1, shards);
+	DropShards(row->id, row->generation + 1, false);
+	AnnounceConfigChange("sequence_config");
+}
+
+/* Common prologue: become the extension owner inside SPI. */
+typedef struct AdminContext
+{
+	Oid			caller;
+	Oid			saved_user;
+	int			saved_context;
+} AdminContext;
+
+static void
+BeginAdmin(AdminContext *ctx)
+{
+	PreventCommandIfReadOnly("sharded_seq administration");
+	ctx->caller = GetUserId();
+	BecomeExtensionOwner(&ctx->saved_user, &ctx->saved_context);
+	SPI_connect();
+}
+
+static void
+EndAdmin(AdminContext *ctx)
+{
+	SPI_finish();
+	RestoreUser(ctx->saved_user, ctx->saved_context);
+}
+
+/* Fetch, check ownership (as the caller) and row-lock a sequence. */
+static void
+FetchOwnedSeq(AdminContext *ctx, const char *name, SeqRow *row)
+{
+	if (!FetchSeqRow(name, row, true))
+		ReportNotFound(KIND_SEQUENCE, name);
+	if (!has_privs_of_role(ctx->caller, row->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of sharded sequence \"%s\"", name),
+				 errhint("Connect as role \"%s\" or a member of it.",
+						 GetUserNameFromId(row->owner, false))));
+}
+
+static int32
+OptionalInt(FunctionCallInfo fcinfo, int argno, int32 fallback)
+{
+	return PG_ARGISNULL(argno) ? fallback : PG_GETARG_INT32(argno);
+}
+
+static char *
+RequiredText(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("Pass a value for %s, or leave it out to take the default.", what)));
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+PG_FUNCTION_INFO_V1(create_sequence);
+Datum
+create_sequence(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
+	int32		shards = OptionalInt(fcinfo, 1, DefaultSequenceShards);
+	int32		block = OptionalInt(fcinfo, 2, DefaultBlock);
+	int64		start;
+	char	   *tier = RequiredText(fcinfo, 4, "tier");
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[7] = {INT4OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT8OID, OIDOID};
+	Datum		args[7];
+	AdminContext ctx;
+	SeqRow		existing;
+	int32		id;
+
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("start must not be null"),
+				 errhint("Leave start out to begin at 1.")));
+	start = PG_GETARG_INT64(3);
+	if (start == PG_INT64_MIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("start must be greater than %lld", (long long) PG_INT64_MIN),
+				 errhint("Choose a start value such as 1.")));
+	ValidateShards(shards, KIND_SEQUENCE);
+	ValidateBlock(block);
+	ValidateTier(tier);
+
+	BeginAdmin(&ctx);
+	if (FetchSeqRow(name, &existing, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("sharded sequence \"%s\" already exists", name),
+				 errhint("Use sharded_seq.alter_sequence() to change it, or choose another name.")));
+	id = NextObjectId();
+	args[0] = Int32GetDatum(id);
+	args[1] = CStringGetTextDatum(name);
+	args[2] = Int32GetDatum(shards);
+	args[3] = Int32GetDatum(block);
+	args[4] = CStringGetTextDatum(tier);
+	args[5] = Int64GetDatum(start);
+	args[6] = ObjectIdGetDatum(ctx.caller);
+	PreparePlan(&plan,
+				"INSERT INTO sharded_seq.sequence_config"
+				" (id, name, shards, block, tier, generation, base, owner)"
+				" VALUES ($1, $2, $3, $4, $5, 1, $6, $7::pg_catalog.regrole)",
+				7, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not create sharded sequence \"%s\"", name);
+	CreateShards(id, 1, shards);
+	AnnounceConfigChange("sequence_config");
+	EndAdmin(&ctx);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(alter_sequence);
+Datum
+alter_sequence(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
+	AdminContext ctx;
+	SeqRow		row;
+	int32		shards;
+	int32		block;
+
+	if (!PG_ARGISNULL(1))
+		ValidateShards(PG_GETARG_INT32(1), KIND_SEQUENCE);
+	if (!PG_ARGISNULL(2))
+		ValidateBlock(PG_GETARG_INT32(2));
+	if (!PG_ARGISNULL(3))
+		ValidateTier(text_to_cstring(PG_GETARG_TEXT_PP(3)));
+
+	BeginAdmin(&ctx);
+	FetchOwnedSeq(&ctx, name, &row);
+	shards = OptionalInt(fcinfo, 1, row.shards);
+	block = OptionalInt(fcinfo, 2, row.block);
+	if (shards != row.shards || block != row.block)
+		NewGeneration(name, &row, shards, block, PG_INT64_MIN);
+	EndAdmin(&ctx);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(advance_sequence);
+Datum
+advance_sequence(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
+	int64		past;
+	AdminContext ctx;
+	SeqRow		row;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("past must not be null"),
+				 errhint("Pass the highest value already in use, e.g. (SELECT max(id) FROM orders).")));
+	past = PG_GETARG_INT64(1);
+	if (past == PG_INT64_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("cannot advance sharded sequence \"%s\" past the largest bigint", name),
+				 errhint("No value can be greater than %lld.", (long long) PG_INT64_MAX)));
+
+	BeginAdmin(&ctx);
+	FetchOwnedSeq(&ctx, name, &row);
+	NewGeneration(name, &row, row.shards, row.block, past + 1);
+	EndAdmin(&ctx);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(drop_sequence);
+Datum
+drop_sequence(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1];
+	AdminContext ctx;
+	SeqRow		row;
+
+	BeginAdmin(&ctx);
+	FetchOwnedSeq(&ctx, name, &row);
+	args[0] = Int32GetDatum(row.id);
+	PreparePlan(&plan, "DELETE FROM sharded_seq.sequence_config WHERE id = $1", 1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not drop sharded sequence \"%s\"", name);
+	DropShards(row.id, 0, true);
+	AnnounceConfigChange("sequence_config");
+	EndAdmin(&ctx);
+	PG_RETURN_VOID();
+}
+
+static void
+ChangeSequenceAcl(FunctionCallInfo fcinfo, bool grant)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
+	char	   *grantee = RequiredText(fcinfo, 1, "grantee");
+	char	   *privilege = RequiredText(fcinfo, 2, "privilege");
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, ACLITEMARRAYOID};
+	Datum		args[2];
+	AdminContext ctx;
+	SeqRow		row;
+
+	BeginAdmin(&ctx);
+	FetchOwnedSeq(&ctx, name, &row);
+	args[0] = Int32GetDatum(row.id);
+	args[1] = PointerGetDatum(ChangeAcl(KIND_SEQUENCE, name, row.owner, row.acl,
+										grantee, privilege, grant));
+	PreparePlan(&plan, "UPDATE sharded_seq.sequence_config SET acl = $2 WHERE id = $1",
+				2, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not change privileges of sharded sequence \"%s\"", name);
+	AnnounceConfigChange("sequence_config");
+	EndAdmin(&ctx);
+}
+
+PG_FUNCTION_INFO_V1(grant_sequence);
+Datum
+grant_sequence(PG_FUNCTION_ARGS)
+{
+	ChangeSequenceAcl(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(revoke_sequence);
+Datum
+revoke_sequence(PG_FUNCTION_ARGS)
+{
+	ChangeSequenceAcl(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(sequence_high_water);
+Datum
+sequence_high_water(PG_FUNCTION_ARGS)
+{
+	int32		id = PG_GETARG_INT32(0);
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(id)};
+	AdminContext ctx;
+	bool		found = false;
+	int64		high = 0;
+	int64		base = 0;
+
+	ctx.caller = GetUserId();
+	BecomeExtensionOwner(&ctx.saved_user, &ctx.saved_context);
+	SPI_connect();
+	PreparePlan(&plan,
+				"SELECT generation, base, shards, block FROM sharded_seq.sequence_config WHERE id = $1",
+				1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.sequence_config");
+	if (SPI_processed == 1)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		int32		generation = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		int32		shards = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+		int32		block = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+
+		base = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+		high = GenerationHighWater(id, generation, base, shards, block);
+		found = true;
+	}
+	EndAdmin(&ctx);
+	if (!found || high < base)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(high);
+}

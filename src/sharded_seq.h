@@ -1,0 +1,58 @@
+/*
+ * sharded_seq.h
+ *	  Declarations shared by the sharded_seq source files.
+ */
+#ifndef SHARDED_SEQ_H
+#define SHARDED_SEQ_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/acl.h"
+
+#define SHARDED_SEQ_SCHEMA		"sharded_seq"
+#define SHARDED_SEQ_MAX_NAME	(NAMEDATALEN - 1)
+#define SHARDED_SEQ_MAX_SHARDS	1024
+#define SHARDED_SEQ_MAX_BLOCK	100000000
+
+typedef enum ObjectKind
+{
+	KIND_SEQUENCE,
+	KIND_COUNTER
+} ObjectKind;
+
+/* settings (sharded_seq.c) */
+extern int	DefaultSequenceShards;
+extern int	DefaultBlock;
+extern int	DefaultCounterShards;
+
+/* catalog.c */
+extern uint64 ConfigEpoch;
+extern void CatalogInit(void);
+extern const char *KindName(ObjectKind kind);
+extern void ValidateName(const char *name, ObjectKind kind);
+extern char *NameArg(FunctionCallInfo fcinfo, int argno, ObjectKind kind);
+extern void ValidateShards(int shards, ObjectKind kind);
+extern void ValidateBlock(int block);
+extern Oid	ExtensionOwner(void);
+extern Oid	ConfigRelid(const char *relname);
+extern void BecomeExtensionOwner(Oid *saved_user, int *saved_context);
+extern void RestoreUser(Oid saved_user, int saved_context);
+extern void CheckPrivilege(ObjectKind kind, const char *name, Oid owner,
+						   Acl *acl, AclMode mode);
+extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner);
+extern Acl *ChangeAcl(ObjectKind kind, const char *name, Oid owner, Acl *acl,
+					  const char *grantee, const char *privilege, bool grant);
+extern void AnnounceConfigChange(const char *relname);
+extern void ReportNotFound(ObjectKind kind, const char *name);
+extern int32 NextObjectId(void);
+extern SPIPlanPtr PreparePlan(SPIPlanPtr *cache, const char *sql, int nargs,
+							  Oid *argtypes);
+
+/* sequence_admin.c */
+extern int64 GenerationHighWater(int32 seq_id, int32 generation, int64 base,
+								 int32 shards, int32 block);
+extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
+						int32 block, bool *overflow);
+
+#endif
