@@ -1,0 +1,52 @@
+-- Bad input to counters: right SQLSTATE, lower-case message, a hint, and the
+-- stored total unchanged.
+CREATE FUNCTION pg_temp.err(cmd text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text; hint text; detail text;
+BEGIN
+    EXECUTE cmd;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+                            hint = PG_EXCEPTION_HINT, detail = PG_EXCEPTION_DETAIL;
+    RETURN st || ' ' || msg
+        || CASE WHEN msg ~ '^[a-z]' THEN '' ELSE ' [MESSAGE NOT LOWER-CASE]' END
+        || CASE WHEN coalesce(hint, '') <> '' OR coalesce(detail, '') <> '' THEN ' [has hint]' ELSE ' [NO HINT]' END;
+END $$;
+
+SELECT sharded_seq.create_counter('c', shards => 2);
+SELECT counter_incr('c', 41);
+
+SELECT pg_temp.err($$SELECT counter_incr(NULL)$$);
+SELECT pg_temp.err($$SELECT counter_incr('')$$);
+SELECT pg_temp.err($$SELECT counter_incr(repeat('z', 64))$$);
+SELECT pg_temp.err($$SELECT counter_incr('c', NULL)$$);
+SELECT pg_temp.err($$SELECT counter_value(NULL)$$);
+SELECT pg_temp.err($$SELECT counter_value('')$$);
+SELECT pg_temp.err($$SELECT counter_value('missing')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter(NULL)$$);
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter('c')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter('d', shards => 0)$$);
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter('d', shards => -1)$$);
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter('d', shards => 1000000)$$);
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter('d', mode => 'fuzzy')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter('d', mode => NULL)$$);
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter('d', mode => 'buffered')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.alter_counter('missing', shards => 2)$$);
+SELECT pg_temp.err($$SELECT sharded_seq.alter_counter('c', shards => 0)$$);
+SELECT pg_temp.err($$SELECT sharded_seq.alter_counter('c', mode => 'sloppy')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.drop_counter('missing')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.grant_counter('c', 'nobody_at_all')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.grant_counter('c', 'public', 'delete')$$);
+SELECT pg_temp.err($$SET sharded_seq.default_counter_shards = 0$$);
+-- overflow: 22003, and the total is unchanged
+SELECT pg_temp.err($$SELECT counter_incr('c', 9223372036854775807)$$);
+SELECT counter_value('c') AS total_after_overflow;
+SELECT sharded_seq.create_counter('low', shards => 1);
+SELECT counter_incr('low', -9223372036854775807);
+SELECT pg_temp.err($$SELECT counter_incr('low', -2)$$);
+SELECT counter_value('low') AS low_unchanged;
+SELECT sharded_seq.drop_counter('low');
+
+SELECT name, shards, mode, total FROM sharded_seq.counters ORDER BY name;
+SELECT counter_value('c');
+SELECT sharded_seq.drop_counter('c');
