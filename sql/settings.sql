@@ -1,7 +1,7 @@
 -- Settings live under the reserved sharded_seq. prefix.  They exist once the
 -- library is loaded: by shared_preload_libraries, or by any first call.
 LOAD 'sharded_seq';
-SELECT name, setting, context, min_val, max_val
+SELECT name, setting, context, short_desc
   FROM pg_settings WHERE name LIKE 'sharded_seq.%' ORDER BY name;
 -- the prefix is reserved: a misspelt setting is rejected
 SET sharded_seq.no_such_setting = 1;

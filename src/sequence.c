@@ -237,26 +237,31 @@ FlushShardReservation(Oid relid)
 static void
 DrawBlock(SeqEntry *entry)
 {
+	Oid			config_relid = ConfigRelid("sequence_config");
+	int32		locked_id;
 	int64		k;
 	int64		start;
 	bool		overflow;
 
 	/*
-	 * Lock the shard, then make sure the layout we are about to use is still
-	 * current: a layout change holds a conflicting lock on the old shards
-	 * from reading their high-water marks until it commits.
+	 * Hold the sequence's draw lock while reserving: a layout change takes it
+	 * exclusively from reading the shards' high-water marks until it commits.
+	 * Taking the lock also reads pending invalidations, so if our layout is
+	 * still current now, no change can slip in before we reserve.
 	 */
 	for (;;)
 	{
-		LockRelationOid(entry->shard_relid, RowExclusiveLock);
-		if (entry->loaded_epoch == ConfigEpoch &&
-			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(entry->shard_relid)))
+		locked_id = entry->id;
+		LockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+		if (entry->loaded_epoch == ConfigEpoch)
 			break;
+		UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
 		if (!LoadSequenceConfig(entry))
 			ReportNotFound(KIND_SEQUENCE, entry->name);
 	}
-
 	k = nextval_internal(entry->shard_relid, false);
+	UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+
 	FlushShardReservation(entry->shard_relid);
 
 	start = BlockStart(entry->base, k, entry->shards, entry->shard, entry->block, &overflow);

@@ -129,41 +129,53 @@ CreateShards(int32 seq_id, int32 generation, int32 shards)
 }
 
 /*
- * Drop the shards of generations before keep_generation (all of them when
- * keep_generation is 0).  With wait = false, shards still locked by some
- * transaction are left for a later alter or drop.
+ * Block new reservations from a sequence until this transaction ends, after
+ * waiting for those in progress.  Sessions reserving a block hold this lock
+ * in share mode only while they reserve, never until their transaction ends,
+ * so an administrative change waits microseconds, not for long transactions.
  */
 static void
-DropShards(int32 seq_id, int32 keep_generation, bool wait)
+LockSequenceDraws(int32 seq_id)
+{
+	LockDatabaseObject(ConfigRelid("sequence_config"), seq_id, 0, ExclusiveLock);
+}
+
+/*
+ * Drop the native sequences of dropped sequences and of old generations.
+ * Nothing reserves from them any more, but a transaction that reserved from
+ * one still holds a lock on it; such shards are left for the next reaping.
+ */
+static void
+ReapShards(void)
 {
 	static SPIPlanPtr list_plan = NULL;
 	static SPIPlanPtr delete_plan = NULL;
-	Oid			argtypes[2] = {INT4OID, INT4OID};
 	Oid			del_argtypes[1] = {OIDOID};
-	Datum		args[2] = {Int32GetDatum(seq_id), Int32GetDatum(keep_generation)};
 	SPITupleTable *shards;
 	uint64		n;
 
 	PreparePlan(&list_plan,
-				"SELECT relid::pg_catalog.oid FROM sharded_seq.sequence_shards"
-				" WHERE seq_id = $1 AND ($2 = 0 OR generation < $2)",
-				2, argtypes);
+				"SELECT s.relid::pg_catalog.oid FROM sharded_seq.sequence_shards s"
+				"  LEFT JOIN sharded_seq.sequence_config c ON c.id = s.seq_id"
+				" WHERE c.id IS NULL OR s.generation < c.generation",
+				0, NULL);
 	PreparePlan(&delete_plan,
 				"DELETE FROM sharded_seq.sequence_shards WHERE relid = $1",
 				1, del_argtypes);
-	if (SPI_execute_plan(list_plan, args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list shards of sharded sequence %d", seq_id);
+	if (SPI_execute_plan(list_plan, NULL, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list retired shards");
 	shards = SPI_tuptable;
 	n = SPI_processed;
 	for (uint64 i = 0; i < n; i++)
 	{
 		bool		isnull;
 		Oid			relid = DatumGetObjectId(SPI_getbinval(shards->vals[i], shards->tupdesc, 1, &isnull));
-		char	   *relname = get_rel_name(relid);
 		Datum		del_args[1] = {ObjectIdGetDatum(relid)};
+		char	   *relname;
 
-		if (!wait && !ConditionalLockRelationOid(relid, AccessExclusiveLock))
+		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 			continue;
+		relname = get_rel_name(relid);
 		if (relname != NULL)
 			RunSql(psprintf("DROP SEQUENCE %s.%s", SHARDED_SEQ_SCHEMA,
 							quote_identifier(relname)));
@@ -233,30 +245,13 @@ static void
 NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 			  int64 min_base)
 {
-	static SPIPlanPtr list_plan = NULL;
 	static SPIPlanPtr update_plan = NULL;
-	Oid			list_types[2] = {INT4OID, INT4OID};
-	Datum		list_args[2] = {Int32GetDatum(row->id), Int32GetDatum(row->generation)};
 	Oid			update_types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT4OID};
 	Datum		update_args[5];
 	int64		high;
 	int64		base;
 
-	/* Wait out and block new reservations from the current generation. */
-	PreparePlan(&list_plan,
-				"SELECT relid::pg_catalog.oid FROM sharded_seq.sequence_shards"
-				" WHERE seq_id = $1 AND generation = $2", 2, list_types);
-	if (SPI_execute_plan(list_plan, list_args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list shards of sharded sequence \"%s\"", name);
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-
-		LockRelationOid(DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-													   SPI_tuptable->tupdesc, 1, &isnull)),
-						ShareRowExclusiveLock);
-	}
-
+	LockSequenceDraws(row->id);
 	high = GenerationHighWater(row->id, row->generation, row->base, row->shards, row->block);
 	if (high == PG_INT64_MAX)
 		ereport(ERROR,
@@ -278,7 +273,7 @@ NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 	if (SPI_execute_plan(update_plan, update_args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update sharded sequence \"%s\"", name);
 	CreateShards(row->id, row->generation + 1, shards);
-	DropShards(row->id, row->generation + 1, false);
+	ReapShards();
 	AnnounceConfigChange("sequence_config");
 }
 
@@ -390,6 +385,7 @@ create_sequence(PG_FUNCTION_ARGS)
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not create sharded sequence \"%s\"", name);
 	CreateShards(id, 1, shards);
+	ReapShards();
 	AnnounceConfigChange("sequence_config");
 	EndAdmin(&ctx);
 	PG_RETURN_VOID();
@@ -464,10 +460,11 @@ drop_sequence(PG_FUNCTION_ARGS)
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
 	args[0] = Int32GetDatum(row.id);
+	LockSequenceDraws(row.id);
 	PreparePlan(&plan, "DELETE FROM sharded_seq.sequence_config WHERE id = $1", 1, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not drop sharded sequence \"%s\"", name);
-	DropShards(row.id, 0, true);
+	ReapShards();
 	AnnounceConfigChange("sequence_config");
 	EndAdmin(&ctx);
 	PG_RETURN_VOID();
