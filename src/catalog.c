@@ -33,11 +33,21 @@ uint64		ConfigEpoch = 1;
 static Oid	cached_namespace = InvalidOid;
 static Oid	cached_owner = InvalidOid;
 
+/* OIDs of our tables and indexes, looked up by name on the hot paths */
+#define MAX_CACHED_RELIDS 8
+static struct
+{
+	const char *name;
+	Oid			relid;
+}			cached_relids[MAX_CACHED_RELIDS];
+static int	n_cached_relids = 0;
+
 static void
 ConfigInvalidated(Datum arg, Oid relid)
 {
 	/* Cheap and conservative: any relcache change may be ours. */
 	ConfigEpoch++;
+	n_cached_relids = 0;
 	if (relid == InvalidOid)
 	{
 		cached_namespace = InvalidOid;
@@ -128,10 +138,22 @@ ConfigNamespace(void)
 	return cached_namespace;
 }
 
+/* relname must be a string constant: the cache keeps the pointer. */
 Oid
 ConfigRelid(const char *relname)
 {
-	Oid			relid = get_relname_relid(relname, ConfigNamespace());
+	Oid			relid;
+
+	for (int i = 0; i < n_cached_relids; i++)
+		if (cached_relids[i].name == relname)
+			return cached_relids[i].relid;
+	relid = get_relname_relid(relname, ConfigNamespace());
+	if (OidIsValid(relid) && n_cached_relids < MAX_CACHED_RELIDS)
+	{
+		cached_relids[n_cached_relids].name = relname;
+		cached_relids[n_cached_relids].relid = relid;
+		n_cached_relids++;
+	}
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,

@@ -3,12 +3,14 @@
  *	  The counter engine (exact mode): counter_incr, counter_value and the
  *	  counter administration functions.
  *
- * A counter is a set of shard rows; its total is their sum.  An increment
- * updates one shard inside the caller's transaction.  It first tries this
- * session's shard, then any shard, skipping rows other transactions hold,
- * and waits only when every shard is locked.  So an increment never queues
- * behind another while a shard is free, and choosing a shard never adds a
- * lock wait that could close a deadlock cycle.
+ * A counter is a set of shard rows; its total is their sum.  counter_incr
+ * adds to this transaction's pending amount for the counter, kept in backend
+ * memory per subtransaction, so a rolled-back savepoint takes its share back.
+ * Just before commit the pending amounts are added to one shard each
+ * (counter_shards.c), in counter id order.  So the shard rows are locked only
+ * for the moment of commit: an increment never waits during the transaction,
+ * a million increments in one transaction cost one row update, and commits
+ * that take counters in a fixed order cannot deadlock on them.
  */
 #include "postgres.h"
 
@@ -49,6 +51,215 @@ typedef struct CounterCallCache
 
 static HTAB *CounterEntries = NULL;
 static uint32 CounterSalt = 0;
+
+/* One subtransaction's share of a pending amount. */
+typedef struct PendingFrame
+{
+	SubTransactionId subid;
+	int64		delta;
+	struct PendingFrame *outer;
+} PendingFrame;
+
+/* This transaction's pending amount for one counter. */
+typedef struct PendingCounter
+{
+	int32		counter_id;		/* hash key */
+	int32		shard;
+	char		name[NAMEDATALEN];
+	PendingFrame *frames;		/* innermost first */
+	ShardRef   *known;			/* where the shard rows were last seen */
+	int			nknown;
+} PendingCounter;
+
+static HTAB *Pending = NULL;	/* in TopTransactionContext, or NULL */
+
+static int128
+PendingAmount(int32 counter_id)
+{
+	PendingCounter *pc;
+	int128		sum = 0;
+
+	if (Pending == NULL ||
+		(pc = hash_search(Pending, &counter_id, HASH_FIND, NULL)) == NULL)
+		return 0;
+	for (PendingFrame *f = pc->frames; f; f = f->outer)
+		sum += f->delta;
+	return sum;
+}
+
+static void
+AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
+{
+	SubTransactionId subid = GetCurrentSubTransactionId();
+	PendingCounter *pc;
+	bool		found;
+
+	if (Pending == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(int32);
+		ctl.entrysize = sizeof(PendingCounter);
+		ctl.hcxt = TopTransactionContext;
+		Pending = hash_create("sharded_seq pending increments", 16, &ctl,
+							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	pc = hash_search(Pending, &entry->id, HASH_ENTER, &found);
+	if (!found)
+	{
+		pc->frames = NULL;
+		pc->known = NULL;
+		pc->nknown = 0;
+		strlcpy(pc->name, entry->name, NAMEDATALEN);
+	}
+	pc->shard = entry->shard;
+	if (nrefs > 0 && pc->nknown == 0)
+	{
+		pc->known = MemoryContextAlloc(TopTransactionContext, nrefs * sizeof(ShardRef));
+		memcpy(pc->known, refs, nrefs * sizeof(ShardRef));
+		pc->nknown = nrefs;
+	}
+	if (pc->frames == NULL || pc->frames->subid != subid)
+	{
+		PendingFrame *f = MemoryContextAlloc(TopTransactionContext, sizeof(PendingFrame));
+
+		f->subid = subid;
+		f->delta = 0;
+		f->outer = pc->frames;
+		pc->frames = f;
+	}
+	if (pg_add_s64_overflow(pc->frames->delta, delta, &pc->frames->delta))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("counter \"%s\" would overflow bigint", entry->name),
+				 errdetail("This transaction's increments add up to more than a bigint."),
+				 errhint("Nothing was changed.  Commit in smaller transactions.")));
+}
+
+static int
+ComparePending(const void *a, const void *b)
+{
+	int32		x = (*(PendingCounter *const *) a)->counter_id;
+	int32		y = (*(PendingCounter *const *) b)->counter_id;
+
+	return (x > y) - (x < y);
+}
+
+/* Add every pending amount to a shard, in counter id order. */
+static void
+ApplyPending(void)
+{
+	HASH_SEQ_STATUS status;
+	PendingCounter *pc;
+	PendingCounter **list;
+	long		n = 0;
+
+	if (Pending == NULL)
+		return;
+	list = palloc(hash_get_num_entries(Pending) * sizeof(PendingCounter *));
+	hash_seq_init(&status, Pending);
+	while ((pc = hash_seq_search(&status)) != NULL)
+		list[n++] = pc;
+	qsort(list, n, sizeof(PendingCounter *), ComparePending);
+	for (long i = 0; i < n; i++)
+	{
+		int64		delta = (int64) PendingAmount(list[i]->counter_id);
+
+		if (delta != 0 &&
+			!CounterApply(list[i]->counter_id, list[i]->shard, delta, list[i]->name,
+						  list[i]->known, list[i]->nknown))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("counter \"%s\" was dropped before this transaction committed", list[i]->name),
+					 errhint("The transaction was rolled back.  Recreate the counter, or retry without it.")));
+	}
+	Pending = NULL;
+}
+
+static void
+CounterXactCallback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			ApplyPending();
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			Pending = NULL;		/* its memory goes with TopTransactionContext */
+			break;
+		default:
+			break;
+	}
+}
+
+/* A rolled-back subtransaction takes its increments back; a committed one hands them up. */
+static void
+CounterSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	HASH_SEQ_STATUS status;
+	PendingCounter *pc;
+
+	if (Pending == NULL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+	hash_seq_init(&status, Pending);
+	while ((pc = hash_seq_search(&status)) != NULL)
+	{
+		PendingFrame *f = pc->frames;
+
+		if (f == NULL || f->subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+			pc->frames = f->outer;
+		else if (f->outer && f->outer->subid == parentSubid)
+		{
+			/* cannot overflow: the sum was checked as it grew */
+			f->outer->delta += f->delta;
+			pc->frames = f->outer;
+		}
+		else
+			f->subid = parentSubid;
+	}
+}
+
+void
+CounterInit(void)
+{
+	RegisterXactCallback(CounterXactCallback, NULL);
+	RegisterSubXactCallback(CounterSubXactCallback, NULL);
+}
+
+/* Forget this transaction's increments of a counter it is dropping. */
+static void
+ForgetPending(int32 counter_id)
+{
+	if (Pending != NULL)
+		hash_search(Pending, &counter_id, HASH_REMOVE, NULL);
+}
+
+/*
+ * Stored total, plus this transaction's pending amount, plus delta; with
+ * refs, also where the shard rows are.
+ */
+static int64
+VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
+{
+	int128		total = CounterSum(entry->id, refs, nrefs) + PendingAmount(entry->id) + delta;
+
+	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("counter \"%s\" would overflow bigint", entry->name),
+				 errdetail("Its total would not fit in a bigint."),
+				 errhint("Nothing was changed.  Keep totals within bigint, or add an amount of the opposite sign.")));
+	return (int64) total;
+}
 
 static void
 RunAsOwner(Oid *saved_user, int *saved_context)
@@ -250,62 +461,15 @@ CheckCounterPrivilege(CounterEntry *entry, AclMode mode)
 	*checked = user;
 }
 
-/*
- * Run one of the increment statements; they differ only in how the shard is
- * chosen.  Returns false when no shard row could be taken.
- */
-static bool
-TryIncrement(SPIPlanPtr plan, CounterEntry *entry, int64 delta, int64 *total)
-{
-	Datum		args[3] = {Int32GetDatum(entry->id), Int32GetDatum(entry->shard), Int64GetDatum(delta)};
-	bool		isnull;
-
-	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not increment counter \"%s\"", entry->name);
-	if (SPI_processed == 0)
-		return false;
-	*total = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	return true;
-}
-
-#define INCREMENT_SQL(choice) \
-	"WITH u AS (" \
-	"  UPDATE sharded_seq.counter_shards SET value = value + $3" \
-	"   WHERE counter_id = $1 AND shard = (" choice ")" \
-	"  RETURNING shard, value)" \
-	"SELECT (u.value::pg_catalog.numeric + coalesce((" \
-	"    SELECT pg_catalog.sum(o.value) FROM sharded_seq.counter_shards o" \
-	"     WHERE o.counter_id = $1 AND o.shard <> u.shard), 0))::pg_catalog.int8" \
-	"  FROM u"
-
-/* this session's shard, if no other transaction holds it */
-#define CHOOSE_OWN \
-	"SELECT s.shard FROM sharded_seq.counter_shards s" \
-	" WHERE s.counter_id = $1 AND s.shard = $2 FOR UPDATE SKIP LOCKED"
-/* the next shard after ours that no other transaction holds */
-#define CHOOSE_FREE \
-	"SELECT s.shard FROM sharded_seq.counter_shards s WHERE s.counter_id = $1" \
-	" ORDER BY s.shard <= $2, s.shard LIMIT 1 FOR UPDATE SKIP LOCKED"
-/* every shard is held: wait for ours (or the first, if ours is gone) */
-#define CHOOSE_WAIT \
-	"SELECT s.shard FROM sharded_seq.counter_shards s WHERE s.counter_id = $1" \
-	" ORDER BY s.shard <> $2, s.shard LIMIT 1 FOR UPDATE"
-
 PG_FUNCTION_INFO_V1(counter_incr);
 Datum
 counter_incr(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr own_plan = NULL;
-	static SPIPlanPtr free_plan = NULL;
-	static SPIPlanPtr wait_plan = NULL;
-	Oid			argtypes[3] = {INT4OID, INT4OID, INT8OID};
 	CounterEntry *entry;
 	int64		delta;
-	int64		total = 0;
-	Oid			saved_user;
-	int			saved_context;
-	bool		done;
-	MemoryContext oldcontext = CurrentMemoryContext;
+	int64		total;
+	ShardRef   *refs = NULL;
+	int			nrefs = 0;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -318,63 +482,9 @@ counter_incr(PG_FUNCTION_ARGS)
 
 	entry = LookupCounter(fcinfo, true);
 	CheckCounterPrivilege(entry, ACL_UPDATE);
-
-	RunAsOwner(&saved_user, &saved_context);
-	PreparePlan(&own_plan, INCREMENT_SQL(CHOOSE_OWN), 3, argtypes);
-	PreparePlan(&free_plan, INCREMENT_SQL(CHOOSE_FREE), 3, argtypes);
-	PreparePlan(&wait_plan, INCREMENT_SQL(CHOOSE_WAIT), 3, argtypes);
-	PG_TRY();
-	{
-		done = TryIncrement(own_plan, entry, delta, &total) ||
-			TryIncrement(free_plan, entry, delta, &total) ||
-			TryIncrement(wait_plan, entry, delta, &total);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE)
-			PG_RE_THROW();
-		FlushErrorState();
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("counter \"%s\" would overflow bigint", entry->name),
-				 errdetail("Adding %lld does not fit in a shard or in the total.", (long long) delta),
-				 errhint("Nothing was changed.  Reset the counter with sharded_seq.drop_counter() and create_counter(), or keep totals within bigint.")));
-	}
-	PG_END_TRY();
-	EndAsOwner(saved_user, saved_context);
-
-	if (!done)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("counter \"%s\" has no shard rows visible to this transaction", entry->name),
-				 errdetail("The counter was created or altered after this transaction took its snapshot."),
-				 errhint("Retry the transaction.")));
+	total = VisibleTotal(entry, delta, &refs, &nrefs);
+	AddPending(entry, delta, refs, nrefs);
 	PG_RETURN_INT64(total);
-}
-
-/* Sum of a counter's shards as the caller's snapshot sees them (inside SPI). */
-static int64
-SumShards(int32 id, const char *name)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(id)};
-	bool		isnull;
-	Datum		sum;
-
-	PreparePlan(&plan,
-				"SELECT pg_catalog.sum(value) FROM sharded_seq.counter_shards WHERE counter_id = $1",
-				1, argtypes);
-	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read counter \"%s\"", name);
-	sum = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
-		return 0;
-	return DatumGetInt64(DirectFunctionCall1(numeric_int8, sum));
 }
 
 PG_FUNCTION_INFO_V1(counter_value);
@@ -382,29 +492,21 @@ Datum
 counter_value(PG_FUNCTION_ARGS)
 {
 	CounterEntry *entry = LookupCounter(fcinfo, false);
-	Oid			saved_user;
-	int			saved_context;
-	int64		total;
 
 	CheckCounterPrivilege(entry, ACL_SELECT);
-	RunAsOwner(&saved_user, &saved_context);
-	total = SumShards(entry->id, entry->name);
-	EndAsOwner(saved_user, saved_context);
-	PG_RETURN_INT64(total);
+	PG_RETURN_INT64(VisibleTotal(entry, 0, NULL, NULL));
 }
 
+/* The view's total: callers need no rights on the counter to list it. */
 PG_FUNCTION_INFO_V1(counter_total);
 Datum
 counter_total(PG_FUNCTION_ARGS)
 {
-	Oid			saved_user;
-	int			saved_context;
-	int64		total;
+	int128		total = CounterSum(PG_GETARG_INT32(0), NULL, NULL);
 
-	RunAsOwner(&saved_user, &saved_context);
-	total = SumShards(PG_GETARG_INT32(0), "?");
-	EndAsOwner(saved_user, saved_context);
-	PG_RETURN_INT64(total);
+	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
+		PG_RETURN_NULL();		/* a listing should not fail on one counter */
+	PG_RETURN_INT64((int64) total);
 }
 
 /* ---- administration ---- */
@@ -575,6 +677,7 @@ drop_counter(PG_FUNCTION_ARGS)
 	RunAsOwner(&saved_user, &saved_context);
 	FetchOwnedCounter(caller, name, &row);
 	args[0] = Int32GetDatum(row.id);
+	ForgetPending(row.id);
 	PreparePlan(&plan,
 				"WITH s AS (DELETE FROM sharded_seq.counter_shards WHERE counter_id = $1)"
 				"DELETE FROM sharded_seq.counter_config WHERE id = $1",

@@ -65,4 +65,5 @@ _PG_init(void)
 							PGC_USERSET, 0, CheckShards, NULL, NULL);
 	MarkGUCPrefixReserved("sharded_seq");
 	CatalogInit();
+	CounterInit();
 }

@@ -8,6 +8,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "storage/itemptr.h"
 #include "utils/acl.h"
 
 #define SHARDED_SEQ_SCHEMA		"sharded_seq"
@@ -48,6 +49,21 @@ extern void ReportNotFound(ObjectKind kind, const char *name);
 extern int32 NextObjectId(void);
 extern SPIPlanPtr PreparePlan(SPIPlanPtr *cache, const char *sql, int nargs,
 							  Oid *argtypes);
+
+/* counter_shards.c */
+typedef struct ShardRef
+{
+	int32		shard;
+	ItemPointerData tid;
+	int64		value;
+} ShardRef;
+
+extern int128 CounterSum(int32 counter_id, ShardRef **refs, int *nrefs);
+extern bool CounterApply(int32 counter_id, int32 preferred, int64 delta,
+						 const char *name, ShardRef *known, int nknown);
+
+/* counter.c */
+extern void CounterInit(void);
 
 /* sequence_admin.c */
 extern int64 GenerationHighWater(int32 seq_id, int32 generation, int64 base,

@@ -1,0 +1,253 @@
+/*
+ * counter_shards.c
+ *	  Direct access to counter shard rows: summing a counter and adding to
+ *	  one of its shards.
+ *
+ * These are the hot paths of counter_value and of applying a transaction's
+ * increments at commit, so they use the heap and the primary-key index
+ * directly rather than SPI.  Shards are tried with heap_update(wait = false),
+ * which reports a shard another transaction holds instead of waiting for it;
+ * only when every shard is held does the commit wait.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "common/int.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "storage/bufmgr.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "sharded_seq.h"
+
+
+#define Anum_shard_counter_id	1
+#define Anum_shard_shard		2
+#define Anum_shard_value		3
+#define Natts_shard				3
+
+/* Total as int128; NULL refs/n skip collecting the rows. */
+static int128
+ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
+		   ShardRef **refs, int *nrefs)
+{
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	TupleDesc	desc = RelationGetDescr(rel);
+	int128		sum = 0;
+	int			n = 0;
+	int			cap = 0;
+
+	ScanKeyInit(&key, Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(counter_id));
+	scan = systable_beginscan(rel, ConfigRelid("counter_shards_pkey"), true,
+							  snapshot, 1, &key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		isnull;
+		int64		value = DatumGetInt64(heap_getattr(tup, Anum_shard_value, desc, &isnull));
+
+		sum += value;
+		if (refs)
+		{
+			if (n == cap)
+			{
+				cap = cap ? cap * 2 : 32;
+				*refs = n ? repalloc(*refs, cap * sizeof(ShardRef)) : palloc(cap * sizeof(ShardRef));
+			}
+			(*refs)[n].shard = DatumGetInt32(heap_getattr(tup, Anum_shard_shard, desc, &isnull));
+			(*refs)[n].tid = tup->t_self;
+			(*refs)[n].value = value;
+			n++;
+		}
+	}
+	systable_endscan(scan);
+	if (nrefs)
+		*nrefs = n;
+	return sum;
+}
+
+/*
+ * Sum of a counter's shards as the active snapshot sees them; with refs,
+ * also where each shard row is (palloc'd in the current context).
+ */
+int128
+CounterSum(int32 counter_id, ShardRef **refs, int *nrefs)
+{
+	Relation	rel = table_open(ConfigRelid("counter_shards"), AccessShareLock);
+	bool		pushed = false;
+	int128		sum;
+
+	if (!ActiveSnapshotSet())
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pushed = true;
+	}
+	sum = ScanShards(rel, counter_id, GetActiveSnapshot(), refs, nrefs);
+	if (pushed)
+		PopActiveSnapshot();
+	table_close(rel, AccessShareLock);
+	return sum;
+}
+
+typedef enum ShardResult
+{
+	SHARD_UPDATED,
+	SHARD_BUSY,					/* held by another transaction */
+	SHARD_GONE,					/* deleted (a shrink or drop) */
+	SHARD_FULL					/* the delta does not fit in this shard */
+} ShardResult;
+
+/*
+ * Add delta to the newest version of the shard row at *start.  Increments
+ * commute, so this follows concurrent updates whatever the isolation level,
+ * and no increment is lost.  With wait = false a shard that another
+ * transaction holds is reported busy instead of waited for.
+ */
+static ShardResult
+UpdateShard(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
+			ShardRef *ref, int64 delta, bool wait)
+{
+	ItemPointer start = &ref->tid;
+	ItemPointerData tid = *start;
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (;;)
+	{
+		HeapTupleData oldtup;
+		Buffer		buf;
+		HeapTuple	newtup;
+		Datum		values[Natts_shard];
+		bool		nulls[Natts_shard];
+		TM_FailureData tmfd;
+		LockTupleMode lockmode;
+		TM_Result	result;
+		int64		newvalue;
+
+		oldtup.t_self = tid;
+		if (!heap_fetch(rel, SnapshotAny, &oldtup, &buf, true))
+			return SHARD_GONE;
+		heap_deform_tuple(&oldtup, desc, values, nulls);
+		ReleaseBuffer(buf);
+		/* a remembered location may since have been pruned and reused */
+		if (DatumGetInt32(values[Anum_shard_counter_id - 1]) != counter_id ||
+			DatumGetInt32(values[Anum_shard_shard - 1]) != ref->shard)
+			return SHARD_GONE;
+		if (pg_add_s64_overflow(DatumGetInt64(values[Anum_shard_value - 1]), delta, &newvalue))
+			return SHARD_FULL;
+		values[Anum_shard_value - 1] = Int64GetDatum(newvalue);
+		newtup = heap_form_tuple(desc, values, nulls);
+
+		result = heap_update(rel, &tid, newtup, GetCurrentCommandId(true),
+							 InvalidSnapshot, wait, &tmfd, &lockmode);
+		if (result == TM_Ok && !HeapTupleIsHeapOnly(newtup))
+		{
+			/* not a HOT update: the key needs an entry for the new version */
+			TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+			Datum		ivalues[INDEX_MAX_KEYS];
+			bool		inulls[INDEX_MAX_KEYS];
+
+			ExecStoreHeapTuple(newtup, slot, false);
+			FormIndexDatum(ii, slot, NULL, ivalues, inulls);
+			index_insert(index, ivalues, inulls, &newtup->t_self, rel,
+						 UNIQUE_CHECK_YES, true, ii);
+			ExecDropSingleTupleTableSlot(slot);
+		}
+		heap_freetuple(newtup);
+		switch (result)
+		{
+			case TM_Ok:
+				return SHARD_UPDATED;
+			case TM_BeingModified:
+				return SHARD_BUSY;
+			case TM_Updated:
+				tid = tmfd.ctid;	/* a newer version: add to that one */
+				continue;
+			case TM_Deleted:
+			case TM_SelfModified:
+				return SHARD_GONE;
+			default:
+				elog(ERROR, "unexpected heap_update status %d on a counter shard", result);
+		}
+	}
+}
+
+/* Try each shard once, starting with the preferred one. */
+static ShardResult
+TryShards(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
+		  int32 preferred, ShardRef *refs, int n, int64 delta, bool wait)
+{
+	int			first = 0;
+	ShardResult best = SHARD_GONE;
+
+	for (int i = 0; i < n; i++)
+		if (refs[i].shard == preferred)
+			first = i;
+	for (int k = 0; k < n; k++)
+	{
+		ShardResult r = UpdateShard(rel, index, ii, counter_id,
+									&refs[(first + k) % n], delta, wait);
+
+		if (r == SHARD_UPDATED)
+			return r;
+		if (r == SHARD_FULL || (r == SHARD_BUSY && best == SHARD_GONE))
+			best = r;
+	}
+	return best;
+}
+
+/*
+ * Add delta to one shard of the counter, at commit: this session's shard if
+ * free, else the next free one; only when every shard is held, wait for them
+ * in turn.  known/nknown are where the increment last saw the shard rows; if
+ * none of them takes the update, the rows are looked up afresh.  Returns
+ * false if the counter has no shard rows left.
+ */
+bool
+CounterApply(int32 counter_id, int32 preferred, int64 delta, const char *name,
+			 ShardRef *known, int nknown)
+{
+	Relation	rel;
+	Relation	index;
+	IndexInfo  *ii;
+	ShardRef   *refs = NULL;
+	int			n = 0;
+	ShardResult r = SHARD_GONE;
+
+	/* the newest rows: a shard added or removed since our snapshot counts */
+	PushActiveSnapshot(GetLatestSnapshot());
+	rel = table_open(ConfigRelid("counter_shards"), RowExclusiveLock);
+	index = index_open(ConfigRelid("counter_shards_pkey"), RowExclusiveLock);
+	ii = BuildIndexInfo(index);
+
+	if (nknown > 0)
+		r = TryShards(rel, index, ii, counter_id, preferred, known, nknown, delta, false);
+	if (r != SHARD_UPDATED)
+	{
+		(void) ScanShards(rel, counter_id, GetActiveSnapshot(), &refs, &n);
+		r = TryShards(rel, index, ii, counter_id, preferred, refs, n, delta, false);
+		if (r == SHARD_BUSY)
+			r = TryShards(rel, index, ii, counter_id, preferred, refs, n, delta, true);
+	}
+
+	index_close(index, RowExclusiveLock);
+	table_close(rel, RowExclusiveLock);
+	PopActiveSnapshot();
+	if (r == SHARD_FULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("counter \"%s\" would overflow bigint", name),
+				 errdetail("No shard can take %lld more.", (long long) delta),
+				 errhint("The transaction was rolled back and nothing was changed.  Keep totals within bigint.")));
+	return r == SHARD_UPDATED;
+}
