@@ -77,5 +77,9 @@ for f in test/stress/*.sh; do
     [ $status = 0 ] && grep '^RESULT' "$WORK/stress_$t.log" | sed 's/^/        /'
 done
 
+if [ $((passed + failed)) = 0 ]; then
+    echo "no test matches '$PATTERN'"
+    failed=1
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

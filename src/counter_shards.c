@@ -109,18 +109,23 @@ typedef enum ShardResult
 } ShardResult;
 
 /*
- * Add delta to the newest version of the shard row at *start.  Increments
+ * Add delta to the newest version of the shard row at ref.  Increments
  * commute, so this follows concurrent updates whatever the isolation level,
  * and no increment is lost.  With wait = false a shard that another
  * transaction holds is reported busy instead of waited for.
+ *
+ * ref may be a location remembered from an earlier statement, since pruned
+ * and reused, so it is used only if the row there is visible to snapshot and
+ * is the same shard; newer versions reached from it were made by committed
+ * updates, which no one can prune while snapshot is held.
  */
 static ShardResult
 UpdateShard(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
-			ShardRef *ref, int64 delta, bool wait)
+			ShardRef *ref, int64 delta, bool wait, Snapshot snapshot)
 {
-	ItemPointer start = &ref->tid;
-	ItemPointerData tid = *start;
+	ItemPointerData tid = ref->tid;
 	TupleDesc	desc = RelationGetDescr(rel);
+	Snapshot	fetch_snapshot = snapshot;
 
 	for (;;)
 	{
@@ -135,8 +140,13 @@ UpdateShard(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
 		int64		newvalue;
 
 		oldtup.t_self = tid;
-		if (!heap_fetch(rel, SnapshotAny, &oldtup, &buf, true))
+		if (!heap_fetch(rel, fetch_snapshot, &oldtup, &buf, true))
+		{
+			if (BufferIsValid(buf))
+				ReleaseBuffer(buf);
 			return SHARD_GONE;
+		}
+		fetch_snapshot = SnapshotAny;
 		heap_deform_tuple(&oldtup, desc, values, nulls);
 		ReleaseBuffer(buf);
 		/* a remembered location may since have been pruned and reused */
@@ -196,7 +206,8 @@ TryShards(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
 	for (int k = 0; k < n; k++)
 	{
 		ShardResult r = UpdateShard(rel, index, ii, counter_id,
-									&refs[(first + k) % n], delta, wait);
+									&refs[(first + k) % n], delta, wait,
+									GetActiveSnapshot());
 
 		if (r == SHARD_UPDATED)
 			return r;

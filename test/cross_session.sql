@@ -63,5 +63,3 @@ SELECT dblink_exec('other', $$DROP ROLE ss_xs_remote$$);
 SELECT dblink_disconnect('other');
 SELECT * FROM finish();
 ROLLBACK;
--- the counter is cleaned up here because this transaction held one of its shards
-SELECT sharded_seq.drop_counter('xs_ctr');
