@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# bench/run.sh [SECONDS]: pgbench side by side with the anchors, in one run,
-# on a throwaway cluster; prints the P1-P4 and P6 ratios from DESIGN.md.
+# bench/run.sh [SECONDS] [ROUNDS]: pgbench side by side with the anchors, in
+# one run, on a throwaway cluster; prints the P1-P4 and P6 ratios from
+# DESIGN.md.  Workloads are interleaved over ROUNDS rounds and each figure is
+# the median, which keeps a noisy 2-core machine from deciding a ratio.
 # Benchmarks are not tests: nothing here asserts a timing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T="${1:-5}"
+ROUNDS="${2:-3}"
 scripts/setup.sh >/dev/null
 source scripts/lib.sh
 WORK="$(mktemp -d /tmp/ss_bench.XXXXXX)"
@@ -46,16 +49,21 @@ W[counter_incr]="SELECT counter_incr('c');"
 W[counter_value]="SELECT counter_value('c');"
 ORDER="select1 nextval_cache1 nextval_cache100 sharded_nextval insert_identity insert_sharded update_hot_row update_16_slots counter_incr counter_value"
 
-declare -A TPS
-for w in $ORDER; do
-    printf '%s\n' "${W[$w]}" >"$WORK/$w.sql"
-    for c in 1 16; do
-        tps=$(pgbench -n -M prepared -j 2 -c $c -T "$T" -f "$WORK/$w.sql" bench 2>/dev/null \
-              | awk '/^tps = / {printf "%d", $3}')
-        TPS[$w.$c]="$tps"
+declare -A RUNS TPS
+for w in $ORDER; do printf '%s\n' "${W[$w]}" >"$WORK/$w.sql"; done
+for r in $(seq 1 "$ROUNDS"); do
+    for w in $ORDER; do
+        for c in 1 16; do
+            tps=$(pgbench -n -M prepared -j 2 -c $c -T "$T" -f "$WORK/$w.sql" bench 2>/dev/null \
+                  | awk '/^tps = / {printf "%d", $3}')
+            RUNS[$w.$c]="${RUNS[$w.$c]:-} ${tps:-0}"
+        done
+        printf 'round %s %-18s c=1 %8s tps   c=16 %8s tps\n' "$r" "$w" \
+            "${RUNS[$w.1]##* }" "${RUNS[$w.16]##* }" >&2
     done
-    printf '%-18s c=1 %8s tps   c=16 %8s tps\n' "$w" "${TPS[$w.1]}" "${TPS[$w.16]}" >&2
 done
+median() { python3 -c "import statistics, sys; print(int(statistics.median(int(x) for x in sys.argv[1:])))" "$@"; }
+for k in "${!RUNS[@]}"; do TPS[$k]=$(median ${RUNS[$k]}); done
 
 # P1: inside one statement, best of three
 best_ms() {
@@ -72,7 +80,7 @@ P1_SHARDED=$(best_ms "SELECT count(sharded_nextval('s_p1')) FROM generate_series
 
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.2f}' if b else 'n/a')" "$1" "$2"; }
 echo
-echo "pgbench -n -M prepared -j 2 -T $T, PostgreSQL $(psql -qXAt -d bench -c 'SHOW server_version'), $(nproc) cores; sharded_seq defaults: block $BLOCK, $(psql -qXAt -d bench -c "LOAD 'sharded_seq'" -c 'SHOW sharded_seq.default_sequence_shards') shards"
+echo "pgbench -n -M prepared -j 2 -T $T, median of $ROUNDS interleaved rounds, PostgreSQL $(psql -qXAt -d bench -c 'SHOW server_version'), $(nproc) cores; sharded_seq defaults: block $BLOCK, $(psql -qXAt -d bench -c "LOAD 'sharded_seq'" -c 'SHOW sharded_seq.default_sequence_shards') shards"
 echo
 echo "| workload | c=1 tps | c=16 tps |"
 echo "|---|---:|---:|"
