@@ -7,13 +7,7 @@ cd "$(dirname "$0")/.."
 N="${1:-1000000}"
 scripts/setup.sh >/dev/null
 source scripts/lib.sh
-WORK="$(mktemp -d /tmp/ss_size.XXXXXX)"
-chmod 755 "$WORK"
-trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
-cluster_create "$WORK/pg"
-sed -i 's/^wal_writer_delay = 10s/wal_writer_delay = 200ms/' "$PGDATA/postgresql.conf"
-cluster_start
-db_create bench
+bench_cluster "$(mktemp -d /tmp/ss_bench.XXXXXX)"
 psql -qX -d bench -c "SELECT sharded_seq.create_counter('c', shards => 16)" >/dev/null
 echo "SELECT counter_incr('c');" >"$WORK/incr.sql"
 size() {

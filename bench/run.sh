@@ -10,14 +10,7 @@ T="${1:-5}"
 ROUNDS="${2:-3}"
 scripts/setup.sh >/dev/null
 source scripts/lib.sh
-WORK="$(mktemp -d /tmp/ss_bench.XXXXXX)"
-chmod 755 "$WORK"
-trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
-cluster_create "$WORK/pg"
-# a real server: keep fsync on, and the usual WAL writer
-sed -i 's/^wal_writer_delay = 10s/wal_writer_delay = 200ms/' "$PGDATA/postgresql.conf"
-cluster_start
-db_create bench
+bench_cluster "$(mktemp -d /tmp/ss_bench.XXXXXX)"
 BLOCK="$(psql -qXAt -d bench -c "LOAD 'sharded_seq'" -c "SHOW sharded_seq.default_block")"
 psql -qX -d bench >/dev/null <<SQL
 CREATE SEQUENCE s_cache1 CACHE 1;

@@ -68,3 +68,16 @@ db_create() {
     psql -q -X -d "$db" -c "CREATE EXTENSION sharded_seq" >/dev/null
     for ext in "$@"; do psql -q -X -d "$db" -c "CREATE EXTENSION $ext" >/dev/null; done
 }
+
+# bench_cluster DIR: a cluster set up like a real server (fsync on, the WAL
+# writer at its default), started, with a database "bench" holding the
+# extension.  Removed on exit.
+bench_cluster() {
+    WORK="$1"
+    trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+    chmod 755 "$WORK"
+    cluster_create "$WORK/pg"
+    sed -i 's/^wal_writer_delay = 10s/wal_writer_delay = 200ms/' "$PGDATA/postgresql.conf"
+    cluster_start
+    db_create bench
+}

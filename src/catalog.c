@@ -18,7 +18,9 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/syscache.h"
 
 #include "sharded_seq.h"
@@ -284,6 +286,98 @@ ChangeAcl(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 		acl = acldefault(OBJECT_SEQUENCE, owner);
 	return aclupdate(acl, &item, grant ? ACL_MODECHG_ADD : ACL_MODECHG_DEL,
 					 owner, DROP_RESTRICT);
+}
+
+/* Copy an aclitem[] column value to TopMemoryContext (NULL stays NULL). */
+Acl *
+CopyAcl(Datum value, bool isnull)
+{
+	Acl		   *acl;
+	Acl		   *copy;
+
+	if (isnull)
+		return NULL;
+	acl = DatumGetAclP(value);
+	copy = MemoryContextAlloc(TopMemoryContext, VARSIZE(acl));
+	memcpy(copy, acl, VARSIZE(acl));
+	return copy;
+}
+
+/* What an fmgr call site remembers, so repeated calls skip the hash. */
+typedef struct CallSite
+{
+	HTAB	   *table;
+	int			len;
+	char		name[NAMEDATALEN];
+	void	   *entry;
+} CallSite;
+
+/*
+ * The backend-local entry (keyed by name, first in the struct) for the name
+ * in argument 0.  A new entry is zeroed but for its key, and *is_new is set.
+ * NULL, empty and over-long names are rejected here.
+ */
+void *
+CallSiteEntry(FunctionCallInfo fcinfo, HTAB **table, Size entrysize,
+			  ObjectKind kind, bool *is_new)
+{
+	CallSite   *cs = (CallSite *) fcinfo->flinfo->fn_extra;
+	text	   *arg;
+	int			len;
+	char		key[NAMEDATALEN];
+	char	   *name;
+	void	   *entry;
+	bool		found;
+
+	*is_new = false;
+	if (PG_ARGISNULL(0))
+		(void) NameArg(fcinfo, 0, kind);	/* raises */
+	arg = PG_GETARG_TEXT_PP(0);
+	len = VARSIZE_ANY_EXHDR(arg);
+	if (cs && cs->table == *table && cs->len == len &&
+		memcmp(cs->name, VARDATA_ANY(arg), len) == 0)
+		return cs->entry;
+
+	name = text_to_cstring(arg);
+	ValidateName(name, kind);
+	if (*table == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = entrysize;
+		*table = hash_create(kind == KIND_SEQUENCE ? "sharded_seq sequences" : "sharded_seq counters",
+							 32, &ctl, HASH_ELEM | HASH_STRINGS);
+	}
+	memset(key, 0, sizeof(key));
+	strlcpy(key, name, sizeof(key));
+	entry = hash_search(*table, key, HASH_ENTER, &found);
+	if (!found)
+	{
+		memset((char *) entry + NAMEDATALEN, 0, entrysize - NAMEDATALEN);
+		*is_new = true;
+	}
+	if (cs == NULL)
+		cs = fcinfo->flinfo->fn_extra =
+			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallSite));
+	cs->table = *table;
+	cs->len = len;
+	memcpy(cs->name, VARDATA_ANY(arg), len);
+	cs->entry = entry;
+	return entry;
+}
+
+/* Remove an entry for a name that turned out not to exist. */
+void
+ForgetEntry(FunctionCallInfo fcinfo, HTAB *table, void *entry, Acl *acl)
+{
+	CallSite   *cs = (CallSite *) fcinfo->flinfo->fn_extra;
+
+	if (cs && cs->entry == entry)
+		cs->len = -1;
+	if (acl)
+		pfree(acl);
+	hash_search(table, entry, HASH_REMOVE, NULL);
 }
 
 /* Tell every backend, at commit, that a config row changed. */

@@ -42,13 +42,6 @@ typedef struct CounterEntry
 	Oid			update_user;	/* user whose UPDATE was checked, or 0 */
 } CounterEntry;
 
-typedef struct CounterCallCache
-{
-	int			len;
-	char		name[NAMEDATALEN];
-	CounterEntry *entry;
-} CounterCallCache;
-
 static HTAB *CounterEntries = NULL;
 static uint32 CounterSalt = 0;
 
@@ -307,13 +300,7 @@ LoadCounterConfig(CounterEntry *entry)
 		entry->shards = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 		entry->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
 		acl = SPI_getbinval(tup, desc, 4, &isnull);
-		if (!isnull)
-		{
-			Acl		   *a = DatumGetAclP(acl);
-
-			entry->acl = MemoryContextAlloc(TopMemoryContext, VARSIZE(a));
-			memcpy(entry->acl, a, VARSIZE(a));
-		}
+		entry->acl = CopyAcl(acl, isnull);
 		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) % (uint32) entry->shards);
 	}
 }
@@ -381,51 +368,12 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 static CounterEntry *
 LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 {
-	CounterCallCache *cc = (CounterCallCache *) fcinfo->flinfo->fn_extra;
-	CounterEntry *entry;
-	text	   *arg;
-	int			len;
+	bool		is_new;
+	CounterEntry *entry = CallSiteEntry(fcinfo, &CounterEntries, sizeof(CounterEntry),
+										KIND_COUNTER, &is_new);
 
-	if (PG_ARGISNULL(0))
-		(void) NameArg(fcinfo, 0, KIND_COUNTER);	/* raises */
-	arg = PG_GETARG_TEXT_PP(0);
-	len = VARSIZE_ANY_EXHDR(arg);
-
-	if (cc && cc->len == len && memcmp(cc->name, VARDATA_ANY(arg), len) == 0)
-		entry = cc->entry;
-	else
-	{
-		char	   *name = text_to_cstring(arg);
-		char		key[NAMEDATALEN];
-		bool		found;
-
-		ValidateName(name, KIND_COUNTER);
-		if (CounterEntries == NULL)
-		{
-			HASHCTL		ctl;
-
-			ctl.keysize = NAMEDATALEN;
-			ctl.entrysize = sizeof(CounterEntry);
-			CounterEntries = hash_create("sharded_seq counters", 32, &ctl,
-										 HASH_ELEM | HASH_STRINGS);
-			CounterSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime);
-		}
-		memset(key, 0, sizeof(key));
-		strlcpy(key, name, sizeof(key));
-		entry = hash_search(CounterEntries, key, HASH_ENTER, &found);
-		if (!found)
-		{
-			entry->loaded_epoch = 0;
-			entry->acl = NULL;
-		}
-		if (cc == NULL)
-			cc = fcinfo->flinfo->fn_extra =
-				MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(CounterCallCache));
-		cc->len = len;
-		memcpy(cc->name, VARDATA_ANY(arg), len);
-		cc->entry = entry;
-	}
-
+	if (CounterSalt == 0)
+		CounterSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime) | 1;
 	AcceptInvalidationMessages();
 	if (entry->loaded_epoch != ConfigEpoch || (!entry->exists && create_missing))
 	{
@@ -445,7 +393,14 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 		EndAsOwner(saved_user, saved_context);
 	}
 	if (!entry->exists)
-		ReportNotFound(KIND_COUNTER, entry->name);
+	{
+		char		name[NAMEDATALEN];
+
+		strlcpy(name, entry->name, sizeof(name));
+		if (is_new)
+			ForgetEntry(fcinfo, CounterEntries, entry, entry->acl);
+		ReportNotFound(KIND_COUNTER, name);
+	}
 	return entry;
 }
 

@@ -61,14 +61,6 @@ typedef struct SeqEntry
 	int64		last;
 } SeqEntry;
 
-/* What an fmgr call site remembers, so repeated calls skip the hash. */
-typedef struct CallCache
-{
-	int			len;
-	char		name[NAMEDATALEN];
-	SeqEntry   *entry;
-} CallCache;
-
 static HTAB *SeqEntries = NULL;
 static uint32 SessionSalt = 0;
 
@@ -122,15 +114,8 @@ LoadSequenceConfig(SeqEntry *entry)
 		entry->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 6, &isnull));
 		if (entry->acl)
 			pfree(entry->acl);
-		entry->acl = NULL;
 		acl = SPI_getbinval(tup, desc, 7, &isnull);
-		if (!isnull)
-		{
-			Acl		   *a = DatumGetAclP(acl);
-
-			entry->acl = MemoryContextAlloc(TopMemoryContext, VARSIZE(a));
-			memcpy(entry->acl, a, VARSIZE(a));
-		}
+		entry->acl = CopyAcl(acl, isnull);
 		relids = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 8, &isnull));
 		if (isnull)
 			elog(ERROR, "sharded sequence \"%s\" has no shards", entry->name);
@@ -153,55 +138,19 @@ LoadSequenceConfig(SeqEntry *entry)
 static SeqEntry *
 LookupSequence(FunctionCallInfo fcinfo)
 {
-	CallCache  *cc = (CallCache *) fcinfo->flinfo->fn_extra;
-	text	   *arg;
-	int			len;
-	SeqEntry   *entry;
-	bool		found;
-	char		key[NAMEDATALEN];
+	bool		is_new;
+	SeqEntry   *entry = CallSiteEntry(fcinfo, &SeqEntries, sizeof(SeqEntry),
+									  KIND_SEQUENCE, &is_new);
 
-	if (PG_ARGISNULL(0))
-		(void) NameArg(fcinfo, 0, KIND_SEQUENCE);	/* raises */
-	arg = PG_GETARG_TEXT_PP(0);
-	len = VARSIZE_ANY_EXHDR(arg);
-
-	if (cc && cc->len == len && memcmp(cc->name, VARDATA_ANY(arg), len) == 0)
-		entry = cc->entry;
-	else
+	if (SessionSalt == 0)
+		SessionSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime) | 1;
+	if (is_new && !LoadSequenceConfig(entry))
 	{
-		char	   *name = text_to_cstring(arg);
+		char		name[NAMEDATALEN];
 
-		ValidateName(name, KIND_SEQUENCE);
-		if (SeqEntries == NULL)
-		{
-			HASHCTL		ctl;
-
-			ctl.keysize = NAMEDATALEN;
-			ctl.entrysize = sizeof(SeqEntry);
-			SeqEntries = hash_create("sharded_seq sequences", 32, &ctl,
-									 HASH_ELEM | HASH_STRINGS);
-			SessionSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime);
-		}
-		memset(key, 0, sizeof(key));
-		strlcpy(key, name, sizeof(key));
-		entry = hash_search(SeqEntries, key, HASH_FIND, NULL);
-		if (entry == NULL)
-		{
-			SeqEntry	fresh;
-
-			memset(&fresh, 0, sizeof(fresh));
-			strlcpy(fresh.name, name, sizeof(fresh.name));
-			if (!LoadSequenceConfig(&fresh))
-				ReportNotFound(KIND_SEQUENCE, name);
-			entry = hash_search(SeqEntries, key, HASH_ENTER, &found);
-			memcpy(entry, &fresh, sizeof(fresh));
-		}
-		if (cc == NULL)
-			cc = fcinfo->flinfo->fn_extra =
-				MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(CallCache));
-		cc->len = len;
-		memcpy(cc->name, VARDATA_ANY(arg), len);
-		cc->entry = entry;
+		strlcpy(name, entry->name, sizeof(name));
+		ForgetEntry(fcinfo, SeqEntries, entry, entry->acl);
+		ReportNotFound(KIND_SEQUENCE, name);
 	}
 
 	/* See administrative changes committed by other sessions at once. */

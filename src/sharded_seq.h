@@ -9,7 +9,9 @@
 
 #include "executor/spi.h"
 #include "storage/itemptr.h"
+#include "fmgr.h"
 #include "utils/acl.h"
+#include "utils/hsearch.h"
 
 #define SHARDED_SEQ_SCHEMA		"sharded_seq"
 #define SHARDED_SEQ_MAX_NAME	(NAMEDATALEN - 1)
@@ -44,6 +46,11 @@ extern void CheckPrivilege(ObjectKind kind, const char *name, Oid owner,
 extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner);
 extern Acl *ChangeAcl(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 					  const char *grantee, const char *privilege, bool grant);
+extern Acl *CopyAcl(Datum value, bool isnull);
+extern void *CallSiteEntry(FunctionCallInfo fcinfo, HTAB **table,
+						   Size entrysize, ObjectKind kind, bool *is_new);
+extern void ForgetEntry(FunctionCallInfo fcinfo, HTAB *table, void *entry,
+						Acl *acl);
 extern void AnnounceConfigChange(const char *relname);
 extern void ReportNotFound(ObjectKind kind, const char *name);
 extern int32 NextObjectId(void);

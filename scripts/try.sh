@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# scripts/try.sh: install what is missing, build and install sharded_seq, start
+# a throwaway PostgreSQL cluster with it, and show it working: a table whose
+# id comes from sharded_nextval, filled by four sessions at once.  In a
+# terminal it then leaves you at a psql prompt in that cluster, and removes the
+# cluster when you quit.  Without a terminal it exits 0 after the demo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+source scripts/lib.sh
+WORK="$(mktemp -d /tmp/sharded_seq_try.XXXXXX)"
+chmod 755 "$WORK"
+trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+echo "==> starting a throwaway PostgreSQL 15 cluster"
+cluster_create "$WORK/pg"
+cluster_start
+psql -qX -d postgres -c "CREATE DATABASE demo"
+
+run() { echo; echo "demo=# $1"; psql -X -d demo -v ON_ERROR_STOP=1 -c "$1"; }
+run "CREATE EXTENSION sharded_seq"
+run "SELECT sharded_seq.create_sequence('orders_id')"
+run "CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT sharded_nextval('orders_id'), item text)"
+
+echo
+echo "==> four sessions insert 250 orders each, at the same time, and count them"
+pids=()
+for i in 1 2 3 4; do
+    psql -qX -d demo -v ON_ERROR_STOP=1 \
+        -c "INSERT INTO orders (item) SELECT 'session $i, item ' || g FROM generate_series(1, 250) g" \
+        -c "SELECT counter_incr('orders:placed', 250)" >/dev/null &
+    pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+run "SELECT count(*) AS orders, count(DISTINCT id) AS distinct_ids, min(id), max(id) FROM orders"
+run "SELECT name, shards, block, tier, generation, reserved_high_water FROM sharded_seq.sequences"
+run "SELECT counter_value('orders:placed')"
+run "SELECT name, shards, mode, total FROM sharded_seq.counters"
+
+if [ -t 0 ] && [ -t 1 ]; then
+    echo
+    echo "You are in psql, in database demo of a throwaway cluster (port $PGPORT)."
+    echo "Try: SELECT sharded_nextval('orders_id');  SELECT counter_incr('page:1:views');"
+    echo "Quit with \\q; the cluster is then removed."
+    psql -X -d demo || true
+fi
