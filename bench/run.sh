@@ -47,6 +47,8 @@ for w in $ORDER; do printf '%s\n' "${W[$w]}" >"$WORK/$w.sql"; done
 for r in $(seq 1 "$ROUNDS"); do
     for w in $ORDER; do
         for c in 1 16; do
+            # every measurement starts from the same clean state
+            psql -qX -d bench -c "VACUUM" -c "CHECKPOINT" >/dev/null
             tps=$(pgbench -n -M prepared -j 2 -c $c -T "$T" -f "$WORK/$w.sql" bench 2>/dev/null \
                   | awk '/^tps = / {printf "%d", $3}')
             RUNS[$w.$c]="${RUNS[$w.$c]:-} ${tps:-0}"
