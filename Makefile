@@ -1,11 +1,12 @@
 EXTENSION = sharded_seq
 MODULE_big = sharded_seq
-OBJS = src/sharded_seq.o src/catalog.o src/sequence.o src/sequence_admin.o src/counter.o src/counter_shards.o
+OBJS = src/sharded_seq.o src/catalog.o src/sequence.o src/sequence_admin.o src/counter.o src/counter_shards.o src/memcache.o src/stats.o
 DATA = $(wildcard sharded_seq--*.sql)
 PGFILEDESC = "sharded_seq - sharded sequences and counters"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --load-extension=sharded_seq
+SHLIB_LINK = -lmemcached
 
 # Tests build with warnings as errors: make WERROR=1
 ifdef WERROR

@@ -205,22 +205,67 @@ RETURNS void
 LANGUAGE C VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'revoke_counter';
 
+CREATE FUNCTION sharded_seq.flush_counters()
+RETURNS integer
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'flush_counters';
+COMMENT ON FUNCTION sharded_seq.flush_counters() IS 'flush every buffered counter from memcached to its shard rows now; returns how many had an amount to move';
+
+-- Stored total of a counter (its shard rows), and the amount waiting in
+-- memcached (NULL when memcached cannot be read).
 CREATE FUNCTION sharded_seq.counter_total(counter_id integer)
 RETURNS bigint
 LANGUAGE C STABLE PARALLEL RESTRICTED STRICT
 AS 'MODULE_PATHNAME', 'counter_total';
 
+CREATE FUNCTION sharded_seq.counter_pending(counter_id integer)
+RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT
+AS 'MODULE_PATHNAME', 'counter_pending';
+
 CREATE VIEW sharded_seq.counters AS
 SELECT c.name,
        c.shards,
        c.mode,
-       sharded_seq.counter_total(c.id) AS total,
-       0::bigint AS pending,   -- exact counters hold nothing unflushed
+       t.stored + coalesce(t.pending, 0) AS total,
+       t.pending,
        c.owner,
        c.acl,
        c.created_at,
        c.altered_at
   FROM sharded_seq.counter_config c
+ CROSS JOIN LATERAL (
+       SELECT sharded_seq.counter_total(c.id) AS stored,
+              CASE WHEN c.mode = 'buffered' THEN sharded_seq.counter_pending(c.id) ELSE 0 END AS pending) t
  ORDER BY c.name;
-COMMENT ON VIEW sharded_seq.counters IS 'one row per counter';
+COMMENT ON VIEW sharded_seq.counters IS 'one row per counter; pending is what a buffered counter holds in memcached (NULL if unreadable)';
 GRANT SELECT ON sharded_seq.counters TO PUBLIC;
+
+------------------------------------------------------------------------------
+-- memcached fast path: health and counts
+------------------------------------------------------------------------------
+
+CREATE FUNCTION sharded_seq.memcached_servers(
+    OUT server text, OUT port integer, OUT healthy boolean, OUT detail text)
+RETURNS SETOF record
+LANGUAGE C VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'memcached_servers';
+COMMENT ON FUNCTION sharded_seq.memcached_servers() IS 'probe each server in sharded_seq.memcached_servers';
+
+CREATE FUNCTION sharded_seq.memcached_stats_raw(
+    OUT kind text, OUT id integer, OUT hits bigint, OUT rebuilds bigint,
+    OUT fallbacks bigint, OUT errors bigint, OUT flushes bigint, OUT scope text)
+RETURNS SETOF record
+LANGUAGE C VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'memcached_stats';
+
+CREATE VIEW sharded_seq.memcached_stats AS
+SELECT s.kind,
+       coalesce(q.name, c.name) AS name,
+       s.hits, s.rebuilds, s.fallbacks, s.errors, s.flushes, s.scope
+  FROM sharded_seq.memcached_stats_raw() s
+  LEFT JOIN sharded_seq.sequence_config q ON s.kind = 'sequence' AND q.id = s.id
+  LEFT JOIN sharded_seq.counter_config c ON s.kind = 'counter' AND c.id = s.id
+ ORDER BY 1, 2;
+COMMENT ON VIEW sharded_seq.memcached_stats IS 'memcached fast-path hits, lease rebuilds, fallbacks to the database, errors and flushes; cluster-wide when preloaded, else this session';
+GRANT SELECT ON sharded_seq.memcached_stats TO PUBLIC;

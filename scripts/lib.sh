@@ -81,3 +81,34 @@ bench_cluster() {
     cluster_start
     db_create bench
 }
+
+# memcached_start PORT: a throwaway memcached on 127.0.0.1:PORT.
+memcached_start() {
+    local user=()
+    [ "$(id -u)" = 0 ] && user=(-u memcache)
+    memcached "${user[@]}" -l 127.0.0.1 -p "$1" -U 0 -m 64 -t 2 &
+    MEMCACHED_PID=$!
+    for _ in $(seq 1 50); do
+        memcached_cmd "$1" version >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "memcached did not start on port $1"; return 1
+}
+
+# memcached_kill [SIGNAL]: stop the throwaway memcached.
+memcached_kill() {
+    [ -n "${MEMCACHED_PID:-}" ] || return 0
+    kill "-${1:-TERM}" "$MEMCACHED_PID" 2>/dev/null || true
+    wait "$MEMCACHED_PID" 2>/dev/null || true
+    MEMCACHED_PID=""
+}
+
+# memcached_cmd PORT COMMAND: send one text-protocol command, print the reply.
+memcached_cmd() {
+    python3 - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(sys.argv[2].encode() + b"\r\n")
+print(s.recv(4096).decode().strip())
+PY
+}

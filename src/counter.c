@@ -25,6 +25,7 @@
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "storage/lock.h"
 
 #include "sharded_seq.h"
 
@@ -36,6 +37,7 @@ typedef struct CounterEntry
 	int32		id;
 	int32		shards;
 	int32		shard;			/* this session's preferred shard */
+	bool		buffered;		/* mode 'buffered' */
 	Oid			owner;
 	Acl		   *acl;			/* in TopMemoryContext, or NULL */
 	Oid			select_user;	/* user whose SELECT was checked, or 0 */
@@ -54,9 +56,15 @@ typedef struct PendingFrame
 } PendingFrame;
 
 /* This transaction's pending amount for one counter. */
+typedef struct PendingKey
+{
+	int32		counter_id;
+	int32		buffered;		/* 1: for memcached, 0: for the shard rows */
+} PendingKey;
+
 typedef struct PendingCounter
 {
-	int32		counter_id;		/* hash key */
+	PendingKey	key;			/* hash key */
 	int32		shard;
 	char		name[NAMEDATALEN];
 	PendingFrame *frames;		/* innermost first */
@@ -67,16 +75,31 @@ typedef struct PendingCounter
 static HTAB *Pending = NULL;	/* in TopTransactionContext, or NULL */
 
 static int128
-PendingAmount(int32 counter_id)
+FramesSum(PendingCounter *pc)
 {
-	PendingCounter *pc;
 	int128		sum = 0;
 
-	if (Pending == NULL ||
-		(pc = hash_search(Pending, &counter_id, HASH_FIND, NULL)) == NULL)
-		return 0;
 	for (PendingFrame *f = pc->frames; f; f = f->outer)
 		sum += f->delta;
+	return sum;
+}
+
+/* This transaction's uncommitted increments of a counter, both kinds. */
+static int128
+PendingAmount(int32 counter_id)
+{
+	int128		sum = 0;
+
+	if (Pending == NULL)
+		return 0;
+	for (int32 b = 0; b < 2; b++)
+	{
+		PendingKey	key = {counter_id, b};
+		PendingCounter *pc = hash_search(Pending, &key, HASH_FIND, NULL);
+
+		if (pc)
+			sum += FramesSum(pc);
+	}
 	return sum;
 }
 
@@ -86,18 +109,20 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 	SubTransactionId subid = GetCurrentSubTransactionId();
 	PendingCounter *pc;
 	bool		found;
+	/* buffered counters take positive amounts; the rest goes to the shard rows */
+	PendingKey	key = {entry->id, entry->buffered && delta > 0};
 
 	if (Pending == NULL)
 	{
 		HASHCTL		ctl;
 
-		ctl.keysize = sizeof(int32);
+		ctl.keysize = sizeof(PendingKey);
 		ctl.entrysize = sizeof(PendingCounter);
 		ctl.hcxt = TopTransactionContext;
 		Pending = hash_create("sharded_seq pending increments", 16, &ctl,
 							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
-	pc = hash_search(Pending, &entry->id, HASH_ENTER, &found);
+	pc = hash_search(Pending, &key, HASH_ENTER, &found);
 	if (!found)
 	{
 		pc->frames = NULL;
@@ -132,13 +157,127 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 static int
 ComparePending(const void *a, const void *b)
 {
-	int32		x = (*(PendingCounter *const *) a)->counter_id;
-	int32		y = (*(PendingCounter *const *) b)->counter_id;
+	int32		x = (*(PendingCounter *const *) a)->key.counter_id;
+	int32		y = (*(PendingCounter *const *) b)->key.counter_id;
 
 	return (x > y) - (x < y);
 }
 
-/* Add every pending amount to a shard, in counter id order. */
+static void
+ApplyToShards(PendingCounter *pc, int64 delta)
+{
+	if (!CounterApply(pc->key.counter_id, pc->shard, delta, pc->name,
+					  pc->known, pc->nknown))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("counter \"%s\" was dropped before this transaction committed", pc->name),
+				 errhint("The transaction was rolled back.  Recreate the counter, or retry without it.")));
+}
+
+/* Amounts a flush took from memcached, given back if this transaction aborts. */
+typedef struct GiveBack
+{
+	char		key[250];
+	uint64		amount;
+	struct GiveBack *next;
+} GiveBack;
+
+static GiveBack *GiveBacks = NULL;	/* in TopMemoryContext */
+
+static char *
+PendingKeyName(int32 counter_id)
+{
+	return McKey("ctr:%d:pending", counter_id);
+}
+
+/*
+ * Move a counter's amount from memcached to a shard row, in this
+ * transaction.  Only one session flushes a counter at a time (an advisory
+ * lock held to the end of the transaction); the amount is read and then
+ * decremented by exactly that much, so increments arriving meanwhile stay
+ * pending.  Returns the amount moved, or -1 if nothing could safely be moved.
+ */
+static int64
+FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
+{
+	LOCKTAG		tag;
+	char	   *key = PendingKeyName(counter_id);
+	int64		amount;
+	uint64		left;
+	McResult	r;
+	GiveBack   *gb;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, SHARDED_SEQ_FLUSH_CLASS, (uint32) counter_id, 2);
+	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+		return -1;
+	r = McGet(key, &amount);
+	if (r == MC_MISSING)
+		return 0;
+	if (r != MC_OK)
+	{
+		StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
+		return -1;
+	}
+	if (amount <= 0)
+		return 0;
+	/* taken out first: a read may then miss it for a moment, never count it twice */
+	if (McDecr(key, (uint64) amount, &left) != MC_OK)
+	{
+		StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
+		return -1;
+	}
+	gb = MemoryContextAlloc(TopMemoryContext, sizeof(GiveBack));
+	strlcpy(gb->key, key, sizeof(gb->key));
+	gb->amount = (uint64) amount;
+	gb->next = GiveBacks;
+	GiveBacks = gb;
+	if (!CounterApply(counter_id, shard, amount, name, NULL, 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("counter \"%s\" was dropped while it was being flushed", name),
+				 errhint("Its pending amount was given back to memcached.")));
+	StatsCount(KIND_COUNTER, counter_id, STAT_FLUSHES, 1);
+	return amount;
+}
+
+/* A buffered amount, at commit: into memcached, or the shard rows if it is down. */
+static void
+ApplyBuffered(PendingCounter *pc, int64 delta)
+{
+	char	   *key = PendingKeyName(pc->key.counter_id);
+	uint64		unused;
+	McResult	r = McIncr(key, (uint64) delta, &unused);
+
+	/* a missing key is created holding our amount, never after an unknown incr */
+	if (r == MC_MISSING)
+		r = McAdd(key, delta, 0);
+	if (r == MC_OK)
+	{
+		int64		interval = (int64) time(NULL) / CounterFlushInterval;
+
+		StatsCount(KIND_COUNTER, pc->key.counter_id, STAT_HITS, 1);
+		/* the first committer in each interval flushes */
+		if (McAdd(McKey("ctr:%d:flush:" INT64_FORMAT, pc->key.counter_id, interval), 1,
+				  CounterFlushInterval * 2) == MC_OK)
+			(void) FlushCounter(pc->key.counter_id, pc->shard, pc->name, false);
+	}
+	else if (r == MC_DOWN)
+	{
+		/* nothing reached memcached: count it in the shard rows instead */
+		StatsCount(KIND_COUNTER, pc->key.counter_id, STAT_FALLBACKS, 1);
+		ApplyToShards(pc, delta);
+	}
+	else
+	{
+		/*
+		 * The amount may or may not be in memcached.  Writing it to the shard
+		 * rows too could count it twice, so it is left: at worst it is lost.
+		 */
+		StatsCount(KIND_COUNTER, pc->key.counter_id, STAT_ERRORS, 1);
+	}
+}
+
+/* Add every pending amount where it goes, in counter id order. */
 static void
 ApplyPending(void)
 {
@@ -156,17 +295,32 @@ ApplyPending(void)
 	qsort(list, n, sizeof(PendingCounter *), ComparePending);
 	for (long i = 0; i < n; i++)
 	{
-		int64		delta = (int64) PendingAmount(list[i]->counter_id);
+		int64		delta = (int64) FramesSum(list[i]);
 
-		if (delta != 0 &&
-			!CounterApply(list[i]->counter_id, list[i]->shard, delta, list[i]->name,
-						  list[i]->known, list[i]->nknown))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("counter \"%s\" was dropped before this transaction committed", list[i]->name),
-					 errhint("The transaction was rolled back.  Recreate the counter, or retry without it.")));
+		if (delta == 0)
+			continue;
+		if (list[i]->key.buffered)
+			ApplyBuffered(list[i], delta);
+		else
+			ApplyToShards(list[i], delta);
 	}
 	Pending = NULL;
+}
+
+static void
+EndGiveBacks(bool aborted)
+{
+	while (GiveBacks)
+	{
+		GiveBack   *gb = GiveBacks;
+		uint64		unused;
+
+		/* libmemcached only: nothing here may ereport during abort */
+		if (aborted && McIncr(gb->key, gb->amount, &unused) == MC_MISSING)
+			(void) McAdd(gb->key, (int64) gb->amount, 0);
+		GiveBacks = gb->next;
+		pfree(gb);
+	}
 }
 
 static void
@@ -179,11 +333,15 @@ CounterXactCallback(XactEvent event, void *arg)
 			ApplyPending();
 			break;
 		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
 			Pending = NULL;		/* its memory goes with TopTransactionContext */
+			EndGiveBacks(false);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			Pending = NULL;
+			EndGiveBacks(true);
 			break;
 		default:
 			break;
@@ -232,8 +390,31 @@ CounterInit(void)
 static void
 ForgetPending(int32 counter_id)
 {
-	if (Pending != NULL)
-		hash_search(Pending, &counter_id, HASH_REMOVE, NULL);
+	for (int32 b = 0; b < 2 && Pending != NULL; b++)
+	{
+		PendingKey	key = {counter_id, b};
+
+		hash_search(Pending, &key, HASH_REMOVE, NULL);
+	}
+}
+
+/* The amount waiting in memcached: 0 if none, false if it cannot be read. */
+static bool
+MemcachedPending(int32 counter_id, int64 *amount)
+{
+	McResult	r;
+
+	*amount = 0;
+	if (!McEnabled())
+		return true;
+	r = McGet(PendingKeyName(counter_id), amount);
+	if (r == MC_MISSING)
+		*amount = 0;
+	if (r == MC_OK || r == MC_MISSING)
+		return true;
+	*amount = 0;
+	StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
+	return false;
 }
 
 /*
@@ -244,6 +425,11 @@ static int64
 VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
 {
 	int128		total = CounterSum(entry->id, refs, nrefs) + PendingAmount(entry->id) + delta;
+	int64		waiting;
+
+	/* a buffered counter's amount not yet flushed; unreadable counts as none */
+	if (entry->buffered && MemcachedPending(entry->id, &waiting))
+		total += waiting;
 
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		ereport(ERROR,
@@ -277,7 +463,7 @@ LoadCounterConfig(CounterEntry *entry)
 	Datum		args[1] = {CStringGetTextDatum(entry->name)};
 
 	PreparePlan(&plan,
-				"SELECT id, shards, owner::pg_catalog.oid, acl"
+				"SELECT id, shards, owner::pg_catalog.oid, acl, mode = 'buffered'"
 				"  FROM sharded_seq.counter_config WHERE name = $1",
 				1, argtypes);
 	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
@@ -301,6 +487,7 @@ LoadCounterConfig(CounterEntry *entry)
 		entry->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
 		acl = SPI_getbinval(tup, desc, 4, &isnull);
 		entry->acl = CopyAcl(acl, isnull);
+		entry->buffered = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
 		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) % (uint32) entry->shards);
 	}
 }
@@ -308,14 +495,8 @@ LoadCounterConfig(CounterEntry *entry)
 static void
 ValidateMode(const char *mode)
 {
-	if (strcmp(mode, "exact") == 0)
+	if (strcmp(mode, "exact") == 0 || strcmp(mode, "buffered") == 0)
 		return;
-	if (strcmp(mode, "buffered") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("mode \"buffered\" is not available in this version of sharded_seq"),
-				 errdetail("Buffered counters collect increments in memcached, which this version does not use."),
-				 errhint("Use mode => 'exact'.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("unknown counter mode \"%s\"", mode),
@@ -452,6 +633,56 @@ counter_value(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(VisibleTotal(entry, 0, NULL, NULL));
 }
 
+/* The view's pending column: NULL when memcached cannot be read. */
+PG_FUNCTION_INFO_V1(counter_pending);
+Datum
+counter_pending(PG_FUNCTION_ARGS)
+{
+	int64		amount;
+
+	if (!MemcachedPending(PG_GETARG_INT32(0), &amount))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(amount);
+}
+
+/*
+ * Flush every counter's memcached amount to its shard rows now, in this
+ * transaction.  Exact counters are included, in case they were buffered
+ * until an alter.  Returns how many counters had an amount to move.
+ */
+PG_FUNCTION_INFO_V1(flush_counters);
+Datum
+flush_counters(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			saved_user;
+	int			saved_context;
+	int			flushed = 0;
+	SPITupleTable *rows;
+	uint64		n;
+
+	PreventCommandIfReadOnly("sharded_seq.flush_counters()");
+	if (!McEnabled())
+		PG_RETURN_INT32(0);
+	RunAsOwner(&saved_user, &saved_context);
+	PreparePlan(&plan, "SELECT id, name FROM sharded_seq.counter_config ORDER BY id", 0, NULL);
+	if (SPI_execute_plan(plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list counters");
+	rows = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		int32		id = DatumGetInt32(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
+		char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 2);
+
+		if (FlushCounter(id, (int32) (CounterSalt % SHARDED_SEQ_MAX_SHARDS), name, true) > 0)
+			flushed++;
+	}
+	EndAsOwner(saved_user, saved_context);
+	PG_RETURN_INT32(flushed);
+}
+
 /* The view's total: callers need no rights on the counter to list it. */
 PG_FUNCTION_INFO_V1(counter_total);
 Datum
@@ -572,6 +803,26 @@ alter_counter(PG_FUNCTION_ARGS)
 	RunAsOwner(&saved_user, &saved_context);
 	FetchOwnedCounter(caller, name, &row);
 	shards = PG_ARGISNULL(1) ? row.shards : PG_GETARG_INT32(1);
+	if (!PG_ARGISNULL(2))
+	{
+		static SPIPlanPtr mode_plan = NULL;
+		Oid			mode_types[2] = {INT4OID, TEXTOID};
+		Datum		mode_args[2] = {Int32GetDatum(row.id), PointerGetDatum(PG_GETARG_TEXT_PP(2))};
+
+		/* leaving buffered mode: move what memcached holds into the rows first */
+		if (strcmp(text_to_cstring(PG_GETARG_TEXT_PP(2)), "exact") == 0 && McEnabled() &&
+			FlushCounter(row.id, 0, name, true) < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not flush counter \"%s\" before leaving buffered mode", name),
+					 errhint("Check sharded_seq.memcached_servers(), or try again.")));
+		PreparePlan(&mode_plan,
+					"UPDATE sharded_seq.counter_config SET mode = $2, altered_at = pg_catalog.now()"
+					" WHERE id = $1 AND mode <> $2", 2, mode_types);
+		ExecOrFail(mode_plan, mode_args, SPI_OK_UPDATE, "change counter mode");
+		if (SPI_processed > 0)
+			AnnounceConfigChange("counter_config");
+	}
 	if (shards > row.shards)
 	{
 		Datum		args[3] = {Int32GetDatum(row.id), Int32GetDatum(row.shards), Int32GetDatum(shards)};

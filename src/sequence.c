@@ -8,6 +8,15 @@
  * WAL-logged and never rolled back.  The WAL that covers the reservation is
  * flushed before any value of the block is returned, so no crash can hand a
  * value out twice.
+ *
+ * A memcached-tier sequence has one shard, so the blocks it carves increase
+ * in the order they are carved.  Each block is a lease that memcached hands
+ * out in batches (one increment per batch, never one per value): the
+ * database carves, memcached dispenses.  A lease that is missing, used up or
+ * unreadable is replaced by one session under an advisory lock while the
+ * others wait, and never recreated at an old value.  When memcached cannot
+ * be reached, the session carves a block for itself, as the database tier
+ * does; both come from the same reservations, so they never overlap.
  */
 #include "postgres.h"
 
@@ -22,6 +31,7 @@
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -46,6 +56,7 @@ typedef struct SeqEntry
 	int32		block;
 	int32		shard;			/* this session's shard */
 	Oid			shard_relid;
+	bool		memcached;		/* tier 'memcached' */
 	Oid			owner;
 	Acl		   *acl;			/* in TopMemoryContext, or NULL */
 	Oid			checked_user;	/* user whose USAGE was checked, or 0 */
@@ -56,9 +67,13 @@ typedef struct SeqEntry
 	int64		next;
 	int64		block_end;
 
-	/* for sharded_currval */
+	/* for sharded_currval, and the floor for later values */
 	bool		last_valid;
 	int64		last;
+
+	/* memcached tier: the lease this session last drew from */
+	bool		lease_valid;
+	int64		lease_start;
 } SeqEntry;
 
 static HTAB *SeqEntries = NULL;
@@ -79,7 +94,7 @@ LoadSequenceConfig(SeqEntry *entry)
 	BecomeExtensionOwner(&saved_user, &saved_context);
 	SPI_connect();
 	PreparePlan(&plan,
-				"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl,"
+				"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl, c.tier,"
 				"       (SELECT pg_catalog.array_agg(s.relid::pg_catalog.oid ORDER BY s.shard)"
 				"          FROM sharded_seq.sequence_shards s"
 				"         WHERE s.seq_id = c.id AND s.generation = c.generation)"
@@ -116,7 +131,8 @@ LoadSequenceConfig(SeqEntry *entry)
 			pfree(entry->acl);
 		acl = SPI_getbinval(tup, desc, 7, &isnull);
 		entry->acl = CopyAcl(acl, isnull);
-		relids = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 8, &isnull));
+		entry->memcached = strcmp(TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull)), "memcached") == 0;
+		relids = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 9, &isnull));
 		if (isnull)
 			elog(ERROR, "sharded sequence \"%s\" has no shards", entry->name);
 		deconstruct_array(relids, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
@@ -126,6 +142,8 @@ LoadSequenceConfig(SeqEntry *entry)
 				 entry->name, nrelids, entry->shards);
 		entry->shard = (int32) ((SessionSalt + (uint32) id) % (uint32) entry->shards);
 		entry->shard_relid = DatumGetObjectId(relid_values[entry->shard]);
+		if (entry->generation != entry->block_generation)
+			entry->lease_valid = false;
 		entry->checked_user = InvalidOid;
 		found = true;
 	}
@@ -183,13 +201,16 @@ FlushShardReservation(Oid relid)
 	XLogFlush(lsn);
 }
 
+/*
+ * Reserve the next block of this session's shard, durably, and return its
+ * first and last values.
+ */
 static void
-DrawBlock(SeqEntry *entry)
+CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 {
 	Oid			config_relid = ConfigRelid("sequence_config");
 	int32		locked_id;
 	int64		k;
-	int64		start;
 	bool		overflow;
 
 	/*
@@ -213,18 +234,184 @@ DrawBlock(SeqEntry *entry)
 
 	FlushShardReservation(entry->shard_relid);
 
-	start = BlockStart(entry->base, k, entry->shards, entry->shard, entry->block, &overflow);
+	*first = BlockStart(entry->base, k, entry->shards, entry->shard, entry->block, &overflow);
 	if (overflow)
 		ereport(ERROR,
 				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
 				 errmsg("sharded sequence \"%s\" has reached its maximum value", entry->name),
 				 errdetail("Values never wrap around past %lld.", (long long) PG_INT64_MAX),
 				 errhint("Move to a new sequence, or lower block and shards with sharded_seq.alter_sequence() if the remaining range is being skipped.")));
-	entry->next = start;
-	if (pg_add_s64_overflow(start, (int64) entry->block - 1, &entry->block_end))
-		entry->block_end = PG_INT64_MAX;
+	if (pg_add_s64_overflow(*first, (int64) entry->block - 1, last))
+		*last = PG_INT64_MAX;
+}
+
+static void
+UseRange(SeqEntry *entry, int64 first, int64 last)
+{
+	entry->next = first;
+	entry->block_end = last;
 	entry->block_generation = entry->generation;
 	entry->have_block = true;
+}
+
+/* Database tier, and the memcached tier's fallback: a block of our own. */
+static void
+DrawBlock(SeqEntry *entry)
+{
+	int64		first;
+	int64		last;
+
+	CarveBlock(entry, &first, &last);
+	UseRange(entry, first, last);
+}
+
+static char *
+LeaseKey(SeqEntry *entry)
+{
+	/* the timeline keeps leases apart across a failover */
+	return McKey("seq:%d:g%d:t%u:cur", entry->id, entry->generation,
+				 (unsigned) GetWALInsertionTimeLine());
+}
+
+static char *
+LeaseCounterKey(SeqEntry *entry, int64 start)
+{
+	return McKey("seq:%d:g%d:t%u:L" INT64_FORMAT, entry->id, entry->generation,
+				 (unsigned) GetWALInsertionTimeLine(), start);
+}
+
+/* Can this session use the lease starting at start? */
+static bool
+LeaseUsable(SeqEntry *entry, int64 start)
+{
+	int64		end;
+
+	if (start < entry->base)
+		return false;
+	if (pg_add_s64_overflow(start, (int64) entry->block - 1, &end))
+		end = PG_INT64_MAX;
+	return !entry->last_valid || end > entry->last;
+}
+
+/*
+ * Replace the lease that starts at broken (or none) under the sequence's
+ * rebuild lock.  If another session replaced it while we waited, use its
+ * lease; otherwise carve a new one and publish it.  Returns false if
+ * memcached cannot take it, with the carved block kept for this session.
+ */
+static bool
+RebuildLease(SeqEntry *entry, bool have_broken, int64 broken)
+{
+	LOCKTAG		tag;
+	volatile bool published = false;
+
+	/* session-level, so that a long transaction does not keep holding it */
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, SHARDED_SEQ_LOCK_CLASS, (uint32) entry->id, 2);
+	(void) LockAcquire(&tag, ExclusiveLock, true, false);
+	PG_TRY();
+	{
+		int64		current;
+		McResult	r = McGet(LeaseKey(entry), &current);
+
+		if (r == MC_OK && (!have_broken || current != broken) && LeaseUsable(entry, current))
+		{
+			entry->lease_start = current;
+			entry->lease_valid = true;
+			published = true;
+		}
+		else if (r != MC_DOWN)
+		{
+			int64		first;
+			int64		last;
+
+			CarveBlock(entry, &first, &last);
+			/* the counter first, then the pointer to it */
+			if (McAdd(LeaseCounterKey(entry, first), 0, 0) == MC_OK &&
+				McSet(LeaseKey(entry), first, 0) == MC_OK)
+			{
+				entry->lease_start = first;
+				entry->lease_valid = true;
+				published = true;
+				StatsCount(KIND_SEQUENCE, entry->id, STAT_REBUILDS, 1);
+			}
+			else
+				UseRange(entry, first, last);	/* ours alone: no value is lost */
+		}
+	}
+	PG_FINALLY();
+	{
+		LockRelease(&tag, ExclusiveLock, true);
+	}
+	PG_END_TRY();
+	return published;
+}
+
+/*
+ * Take a batch of values from the memcached lease into this session's block.
+ * Returns false if memcached cannot serve; the caller then carves a block.
+ */
+static bool
+DrawFromMemcached(SeqEntry *entry)
+{
+	uint64		batch = Max(1, Min(entry->block / 100, 10000));
+
+	for (int attempt = 0; attempt < 4; attempt++)
+	{
+		uint64		n;
+		int64		end;
+		int64		first;
+		McResult	r;
+
+		if (!entry->lease_valid)
+		{
+			int64		current;
+
+			r = McGet(LeaseKey(entry), &current);
+			if (r == MC_DOWN)
+				return false;
+			if (r == MC_OK && LeaseUsable(entry, current))
+			{
+				entry->lease_start = current;
+				entry->lease_valid = true;
+			}
+			else
+			{
+				/* missing, unreadable or behind us: never reuse, replace */
+				if (!RebuildLease(entry, r == MC_OK, current))
+					return entry->have_block && entry->block_generation == entry->generation;
+				continue;
+			}
+		}
+
+		r = McIncr(LeaseCounterKey(entry, entry->lease_start), batch, &n);
+		if (r == MC_DOWN)
+			return false;
+		if (pg_add_s64_overflow(entry->lease_start, (int64) entry->block - 1, &end))
+			end = PG_INT64_MAX;
+		if (r == MC_OK && n >= batch && n - batch < (uint64) entry->block)
+		{
+			int64		hi = Min(end, entry->lease_start + (int64) n - 1);
+
+			first = entry->lease_start + (int64) (n - batch);
+			if (entry->last_valid && first <= entry->last)
+				first = entry->last + 1;	/* never below what we handed out */
+			if (first <= hi)
+			{
+				UseRange(entry, first, hi);
+				StatsCount(KIND_SEQUENCE, entry->id, STAT_HITS, 1);
+				return true;
+			}
+			if (hi < end)
+				continue;		/* a batch we had passed already: take another */
+		}
+		else if (r != MC_OK)
+			StatsCount(KIND_SEQUENCE, entry->id, STAT_ERRORS, 1);
+		/* used up, lost or unreadable: replace it */
+		entry->lease_valid = false;
+		if (!RebuildLease(entry, true, entry->lease_start))
+			return entry->have_block && entry->block_generation == entry->generation;
+	}
+	return false;
 }
 
 PG_FUNCTION_INFO_V1(sharded_nextval);
@@ -239,7 +426,18 @@ sharded_nextval(PG_FUNCTION_ARGS)
 
 	entry = LookupSequence(fcinfo);
 	if (!entry->have_block || entry->block_generation != entry->generation)
-		DrawBlock(entry);
+	{
+		entry->have_block = false;
+		if (!entry->memcached)
+			DrawBlock(entry);
+		else if (!McEnabled() || !DrawFromMemcached(entry))
+		{
+			if (McEnabled())
+				StatsCount(KIND_SEQUENCE, entry->id, STAT_FALLBACKS, 1);
+			if (!entry->have_block)
+				DrawBlock(entry);
+		}
+	}
 
 	value = entry->next;
 	if (value == entry->block_end)

@@ -32,6 +32,7 @@ typedef struct SeqRow
 	int32		block;
 	Oid			owner;
 	Acl		   *acl;
+	char	   *tier;
 } SeqRow;
 
 /*
@@ -193,7 +194,7 @@ FetchSeqRow(const char *name, SeqRow *row, bool for_update)
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
 	const char *sql =
-		"SELECT id, generation, base, shards, block, owner::pg_catalog.oid, acl"
+		"SELECT id, generation, base, shards, block, owner::pg_catalog.oid, acl, tier"
 		"  FROM sharded_seq.sequence_config WHERE name = $1";
 	HeapTuple	tup;
 	TupleDesc	desc;
@@ -218,23 +219,55 @@ FetchSeqRow(const char *name, SeqRow *row, bool for_update)
 	row->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 6, &isnull));
 	acl = SPI_getbinval(tup, desc, 7, &isnull);
 	row->acl = isnull ? NULL : DatumGetAclP(acl);
+	row->tier = TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull));
 	return true;
 }
 
 static void
 ValidateTier(const char *tier)
 {
-	if (strcmp(tier, "database") == 0)
+	if (strcmp(tier, "database") == 0 || strcmp(tier, "memcached") == 0)
 		return;
-	if (strcmp(tier, "memcached") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("tier \"memcached\" is not available in this version of sharded_seq"),
-				 errhint("Use tier => 'database'; it needs no external service.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("unknown tier \"%s\"", tier),
 			 errhint("tier must be 'database' or 'memcached'.")));
+}
+
+/*
+ * The layout for tier from the shards and block arguments, falling back to
+ * current (when the tier is unchanged) or to the tier's defaults.  A
+ * memcached-tier sequence carves its leases from one shard, so that they
+ * increase in the order they are carved; its block is the lease size.
+ */
+static void
+ChooseLayout(FunctionCallInfo fcinfo, int shards_arg, int block_arg,
+			 const char *tier, const SeqRow *current, int32 *shards, int32 *block)
+{
+	bool		memcached = strcmp(tier, "memcached") == 0;
+
+	if (current && strcmp(tier, current->tier) == 0)
+	{
+		*shards = current->shards;
+		*block = current->block;
+	}
+	else
+	{
+		*shards = memcached ? 1 : DefaultSequenceShards;
+		*block = memcached ? DefaultLeaseSize : DefaultBlock;
+	}
+	if (!PG_ARGISNULL(shards_arg))
+		*shards = PG_GETARG_INT32(shards_arg);
+	if (!PG_ARGISNULL(block_arg))
+		*block = PG_GETARG_INT32(block_arg);
+	ValidateShards(*shards, KIND_SEQUENCE);
+	ValidateBlock(*block);
+	if (memcached && *shards != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a memcached-tier sequence has exactly one shard"),
+				 errdetail("memcached hands out values from leases carved one after another from a single shard."),
+				 errhint("Leave shards out; block sets the lease size.")));
 }
 
 /*
@@ -243,11 +276,11 @@ ValidateTier(const char *tier)
  */
 static void
 NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
-			  int64 min_base)
+			  const char *tier, int64 min_base)
 {
 	static SPIPlanPtr update_plan = NULL;
-	Oid			update_types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT4OID};
-	Datum		update_args[5];
+	Oid			update_types[6] = {INT4OID, INT4OID, INT8OID, INT4OID, INT4OID, TEXTOID};
+	Datum		update_args[6];
 	int64		high;
 	int64		base;
 
@@ -265,11 +298,12 @@ NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 	update_args[2] = Int64GetDatum(base);
 	update_args[3] = Int32GetDatum(shards);
 	update_args[4] = Int32GetDatum(block);
+	update_args[5] = CStringGetTextDatum(tier);
 	PreparePlan(&update_plan,
 				"UPDATE sharded_seq.sequence_config"
-				"   SET generation = $2, base = $3, shards = $4, block = $5,"
+				"   SET generation = $2, base = $3, shards = $4, block = $5, tier = $6,"
 				"       altered_at = pg_catalog.now()"
-				" WHERE id = $1", 5, update_types);
+				" WHERE id = $1", 6, update_types);
 	if (SPI_execute_plan(update_plan, update_args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update sharded sequence \"%s\"", name);
 	CreateShards(row->id, row->generation + 1, shards);
@@ -315,12 +349,6 @@ FetchOwnedSeq(AdminContext *ctx, const char *name, SeqRow *row)
 						 GetUserNameFromId(row->owner, false))));
 }
 
-static int32
-OptionalInt(FunctionCallInfo fcinfo, int argno, int32 fallback)
-{
-	return PG_ARGISNULL(argno) ? fallback : PG_GETARG_INT32(argno);
-}
-
 static char *
 RequiredText(FunctionCallInfo fcinfo, int argno, const char *what)
 {
@@ -337,8 +365,8 @@ Datum
 create_sequence(PG_FUNCTION_ARGS)
 {
 	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
-	int32		shards = OptionalInt(fcinfo, 1, DefaultSequenceShards);
-	int32		block = OptionalInt(fcinfo, 2, DefaultBlock);
+	int32		shards;
+	int32		block;
 	int64		start;
 	char	   *tier = RequiredText(fcinfo, 4, "tier");
 	static SPIPlanPtr plan = NULL;
@@ -359,9 +387,8 @@ create_sequence(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("start must be greater than %lld", (long long) PG_INT64_MIN),
 				 errhint("Choose a start value such as 1.")));
-	ValidateShards(shards, KIND_SEQUENCE);
-	ValidateBlock(block);
 	ValidateTier(tier);
+	ChooseLayout(fcinfo, 1, 2, tier, NULL, &shards, &block);
 
 	BeginAdmin(&ctx);
 	if (FetchSeqRow(name, &existing, false))
@@ -400,6 +427,7 @@ alter_sequence(PG_FUNCTION_ARGS)
 	SeqRow		row;
 	int32		shards;
 	int32		block;
+	char	   *tier;
 
 	if (!PG_ARGISNULL(1))
 		ValidateShards(PG_GETARG_INT32(1), KIND_SEQUENCE);
@@ -410,10 +438,10 @@ alter_sequence(PG_FUNCTION_ARGS)
 
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
-	shards = OptionalInt(fcinfo, 1, row.shards);
-	block = OptionalInt(fcinfo, 2, row.block);
-	if (shards != row.shards || block != row.block)
-		NewGeneration(name, &row, shards, block, PG_INT64_MIN);
+	tier = PG_ARGISNULL(3) ? row.tier : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	ChooseLayout(fcinfo, 1, 2, tier, &row, &shards, &block);
+	if (shards != row.shards || block != row.block || strcmp(tier, row.tier) != 0)
+		NewGeneration(name, &row, shards, block, tier, PG_INT64_MIN);
 	EndAdmin(&ctx);
 	PG_RETURN_VOID();
 }
@@ -441,7 +469,7 @@ advance_sequence(PG_FUNCTION_ARGS)
 
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
-	NewGeneration(name, &row, row.shards, row.block, past + 1);
+	NewGeneration(name, &row, row.shards, row.block, row.tier, past + 1);
 	EndAdmin(&ctx);
 	PG_RETURN_VOID();
 }

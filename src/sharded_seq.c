@@ -6,6 +6,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "sharded_seq.h"
@@ -15,6 +16,8 @@ PG_MODULE_MAGIC;
 int			DefaultSequenceShards = 4;
 int			DefaultBlock = 1000;
 int			DefaultCounterShards = 16;
+int			DefaultLeaseSize = 10000;
+int			CounterFlushInterval = 10;
 
 void		_PG_init(void);
 
@@ -45,6 +48,44 @@ CheckBlock(int *newval, void **extra, GucSource source)
 	return CheckRange(*newval, SHARDED_SEQ_MAX_BLOCK, "The block size");
 }
 
+static bool
+CheckTimeout(int *newval, void **extra, GucSource source)
+{
+	return CheckRange(*newval, 60000, "The timeout in milliseconds");
+}
+
+static bool
+CheckInterval(int *newval, void **extra, GucSource source)
+{
+	return CheckRange(*newval, 86400, "The flush interval in seconds");
+}
+
+static bool
+CheckServers(char **newval, void **extra, GucSource source)
+{
+	char	   *why = NULL;
+
+	if (McServersValid(*newval, &why))
+		return true;
+	GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+	GUC_check_errdetail("%s", why);
+	GUC_check_errhint("Give a comma-separated list of host:port, such as '127.0.0.1:11211,10.0.0.5:11211'.");
+	return false;
+}
+
+/* Only marks the connection for rebuilding: assign hooks must not fail. */
+static void
+AssignServers(const char *newval, void *extra)
+{
+	McSettingsChanged();
+}
+
+static void
+AssignTimeout(int newval, void *extra)
+{
+	McSettingsChanged();
+}
+
 void
 _PG_init(void)
 {
@@ -63,7 +104,33 @@ _PG_init(void)
 							"About as many shards as concurrent writers keeps increments from waiting.",
 							&DefaultCounterShards, 16, INT_MIN, INT_MAX,
 							PGC_USERSET, 0, CheckShards, NULL, NULL);
+	DefineCustomIntVariable("sharded_seq.default_lease_size",
+							"Values in each memcached lease of a memcached-tier sequence when create_sequence() is not told.",
+							"A lease is reserved durably from the database; memcached hands out values inside it.",
+							&DefaultLeaseSize, 10000, INT_MIN, INT_MAX,
+							PGC_USERSET, 0, CheckBlock, NULL, NULL);
+	/* settings that reach the network are superuser-only */
+	DefineCustomStringVariable("sharded_seq.memcached_servers",
+							   "memcached servers for the fast path, as a libmemcached list: host:port,host:port.",
+							   "Empty turns the fast path off; nothing then talks to the network.",
+							   &MemcachedServers, "",
+							   PGC_SUSET, 0, CheckServers, AssignServers, NULL);
+	DefineCustomIntVariable("sharded_seq.memcached_connect_timeout",
+							"How long to wait for a memcached connection.",
+							NULL, &MemcachedConnectTimeout, 200, INT_MIN, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS, CheckTimeout, AssignTimeout, NULL);
+	DefineCustomIntVariable("sharded_seq.memcached_poll_timeout",
+							"How long to wait for a memcached reply.",
+							NULL, &MemcachedPollTimeout, 200, INT_MIN, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS, CheckTimeout, AssignTimeout, NULL);
+	DefineCustomIntVariable("sharded_seq.counter_flush_interval",
+							"How often buffered counters are written from memcached to their shard rows.",
+							"At most one flush per counter per interval; unflushed amounts are what a memcached loss can take.",
+							&CounterFlushInterval, 10, INT_MIN, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, CheckInterval, NULL, NULL);
 	MarkGUCPrefixReserved("sharded_seq");
+	if (process_shared_preload_libraries_in_progress)
+		StatsShmemRequest();
 	CatalogInit();
 	CounterInit();
 }

@@ -18,6 +18,10 @@
 #define SHARDED_SEQ_MAX_SHARDS	1024
 #define SHARDED_SEQ_MAX_BLOCK	100000000
 
+/* advisory lock class for lease rebuilds and counter flushes */
+#define SHARDED_SEQ_LOCK_CLASS	0x53534551	/* 'SSEQ' */
+#define SHARDED_SEQ_FLUSH_CLASS 0x53534652	/* 'SSFR' */
+
 typedef enum ObjectKind
 {
 	KIND_SEQUENCE,
@@ -28,6 +32,8 @@ typedef enum ObjectKind
 extern int	DefaultSequenceShards;
 extern int	DefaultBlock;
 extern int	DefaultCounterShards;
+extern int	DefaultLeaseSize;
+extern int	CounterFlushInterval;
 
 /* catalog.c */
 extern uint64 ConfigEpoch;
@@ -56,6 +62,45 @@ extern void ReportNotFound(ObjectKind kind, const char *name);
 extern int32 NextObjectId(void);
 extern SPIPlanPtr PreparePlan(SPIPlanPtr *cache, const char *sql, int nargs,
 							  Oid *argtypes);
+
+/* memcache.c */
+typedef enum McResult
+{
+	MC_OK,
+	MC_MISSING,					/* the key is not there (or a hidden timeout) */
+	MC_EXISTS,					/* add: the key is already there */
+	MC_DOWN,					/* nothing was sent: no server could be reached */
+	MC_UNKNOWN					/* the request may or may not have been applied */
+} McResult;
+
+extern char *MemcachedServers;
+extern int	MemcachedConnectTimeout;
+extern int	MemcachedPollTimeout;
+extern void McSettingsChanged(void);
+extern bool McEnabled(void);
+extern char *McKey(const char *fmt,...) pg_attribute_printf(1, 2);
+extern McResult McIncr(const char *key, uint64 delta, uint64 *newvalue);
+extern McResult McDecr(const char *key, uint64 delta, uint64 *newvalue);
+extern McResult McGet(const char *key, int64 *value);
+extern McResult McAdd(const char *key, int64 value, time_t expiry);
+extern McResult McSet(const char *key, int64 value, time_t expiry);
+extern bool McServersValid(const char *list, char **why);
+extern void McProbeServers(void (*report) (const char *, int, bool, const char *, void *),
+						   void *arg);
+
+/* stats.c */
+typedef enum StatField
+{
+	STAT_HITS,					/* served by memcached */
+	STAT_REBUILDS,				/* leases carved and published */
+	STAT_FALLBACKS,				/* served by the database instead */
+	STAT_ERRORS,				/* memcached calls that failed */
+	STAT_FLUSHES,				/* buffered amounts written to shard rows */
+	NUM_STAT_FIELDS
+} StatField;
+
+extern void StatsCount(ObjectKind kind, int32 id, StatField field, int64 n);
+extern void StatsShmemRequest(void);
 
 /* counter_shards.c */
 typedef struct ShardRef

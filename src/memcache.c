@@ -1,0 +1,298 @@
+/*
+ * memcache.c
+ *	  The memcached client: one libmemcached handle per backend, built from
+ *	  the sharded_seq.memcached_* settings, and a few operations whose
+ *	  outcome is reported as what the caller may safely conclude.
+ *
+ * libmemcached allocates with malloc; nothing it returns outlives the call
+ * that copies it, so an ereport never leaks it.  Nothing talks to the network
+ * unless sharded_seq.memcached_servers is set.
+ */
+#include "postgres.h"
+
+#include <errno.h>
+#include <libmemcached/memcached.h>
+
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "sharded_seq.h"
+
+char	   *MemcachedServers = NULL;
+int			MemcachedConnectTimeout = 200;
+int			MemcachedPollTimeout = 200;
+
+static memcached_st *Handle = NULL;
+static bool HandleStale = true;
+
+/* Settings changed: rebuild the handle before its next use (never here). */
+void
+McSettingsChanged(void)
+{
+	HandleStale = true;
+}
+
+bool
+McEnabled(void)
+{
+	return MemcachedServers != NULL && MemcachedServers[0] != '\0';
+}
+
+static memcached_st *
+McHandle(void)
+{
+	memcached_server_st *list;
+
+	if (!McEnabled())
+		return NULL;
+	if (Handle != NULL && !HandleStale)
+		return Handle;
+	if (Handle != NULL)
+		memcached_free(Handle);
+	Handle = memcached_create(NULL);
+	if (Handle == NULL)
+		return NULL;
+	/* behaviours are set once, here */
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, MemcachedConnectTimeout);
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, MemcachedPollTimeout);
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_SND_TIMEOUT, (uint64_t) MemcachedPollTimeout * 1000);
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, (uint64_t) MemcachedPollTimeout * 1000);
+	/* a server that failed is skipped for a second, not retried on every call */
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, 1);
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, 1);
+	list = memcached_servers_parse(MemcachedServers);
+	if (list != NULL)
+	{
+		memcached_server_push(Handle, list);
+		memcached_server_list_free(list);
+	}
+	HandleStale = false;
+	return Handle;
+}
+
+/*
+ * What a failed call lets the caller conclude.  Only errors raised before a
+ * request can have left are "down"; a timeout may hide a request the server
+ * did apply (libmemcached even reports some as NOTFOUND), so it is "unknown".
+ */
+static McResult
+Classify(memcached_return_t rc)
+{
+	switch (rc)
+	{
+		case MEMCACHED_SUCCESS:
+		case MEMCACHED_STORED:
+		case MEMCACHED_DELETED:
+			return MC_OK;
+		case MEMCACHED_NOTFOUND:
+			return MC_MISSING;
+		case MEMCACHED_NOTSTORED:
+		case MEMCACHED_DATA_EXISTS:
+			return MC_EXISTS;
+		case MEMCACHED_NO_SERVERS:
+		case MEMCACHED_SERVER_MARKED_DEAD:
+		case MEMCACHED_SERVER_TEMPORARILY_DISABLED:
+		case MEMCACHED_HOST_LOOKUP_FAILURE:
+		case MEMCACHED_CONNECTION_SOCKET_CREATE_FAILURE:
+			return MC_DOWN;
+		case MEMCACHED_CONNECTION_FAILURE:
+			return memcached_last_error_errno(Handle) == ECONNREFUSED ? MC_DOWN : MC_UNKNOWN;
+		default:
+			return MC_UNKNOWN;
+	}
+}
+
+/* "ss:<system id>:<database>:<suffix>": no two databases share keys. */
+char *
+McKey(const char *fmt,...)
+{
+	char		suffix[200];
+	va_list		args;
+
+	va_start(args, fmt);
+	vsnprintf(suffix, sizeof(suffix), fmt, args);
+	va_end(args);
+	return psprintf("ss:" UINT64_FORMAT ":%u:%s", GetSystemIdentifier(),
+					MyDatabaseId, suffix);
+}
+
+McResult
+McIncr(const char *key, uint64 delta, uint64 *newvalue)
+{
+	memcached_st *mc = McHandle();
+	uint64_t	v = 0;
+	memcached_return_t rc;
+
+	if (mc == NULL)
+		return MC_DOWN;
+	rc = memcached_increment(mc, key, strlen(key), (uint32_t) Min(delta, PG_UINT32_MAX), &v);
+	*newvalue = v;
+	return Classify(rc);
+}
+
+McResult
+McDecr(const char *key, uint64 delta, uint64 *newvalue)
+{
+	memcached_st *mc = McHandle();
+	uint64_t	v = 0;
+	memcached_return_t rc;
+
+	if (mc == NULL)
+		return MC_DOWN;
+	rc = memcached_decrement(mc, key, strlen(key), (uint32_t) Min(delta, PG_UINT32_MAX), &v);
+	*newvalue = v;
+	return Classify(rc);
+}
+
+/* Read a decimal value; anything unparsable counts as unknown. */
+McResult
+McGet(const char *key, int64 *value)
+{
+	memcached_st *mc = McHandle();
+	size_t		len = 0;
+	uint32_t	flags = 0;
+	memcached_return_t rc;
+	char	   *raw;
+	char		buf[32];
+	char	   *end;
+
+	if (mc == NULL)
+		return MC_DOWN;
+	raw = memcached_get(mc, key, strlen(key), &len, &flags, &rc);
+	if (raw == NULL)
+		return rc == MEMCACHED_SUCCESS ? MC_UNKNOWN : Classify(rc);
+	/* copy out and free before anything can ereport */
+	if (len >= sizeof(buf))
+		len = 0;
+	memcpy(buf, raw, len);
+	buf[len] = '\0';
+	free(raw);
+	/* memcached counters may carry trailing spaces after a decr */
+	errno = 0;
+	*value = strtoll(buf, &end, 10);
+	while (*end == ' ')
+		end++;
+	if (len == 0 || errno != 0 || *end != '\0')
+		return MC_UNKNOWN;
+	return MC_OK;
+}
+
+static McResult
+Store(bool add, const char *key, int64 value, time_t expiry)
+{
+	memcached_st *mc = McHandle();
+	char		buf[32];
+	int			len;
+
+	if (mc == NULL)
+		return MC_DOWN;
+	len = snprintf(buf, sizeof(buf), INT64_FORMAT, value);
+	return Classify(add ? memcached_add(mc, key, strlen(key), buf, len, expiry, 0)
+					: memcached_set(mc, key, strlen(key), buf, len, expiry, 0));
+}
+
+McResult
+McAdd(const char *key, int64 value, time_t expiry)
+{
+	return Store(true, key, value, expiry);
+}
+
+McResult
+McSet(const char *key, int64 value, time_t expiry)
+{
+	return Store(false, key, value, expiry);
+}
+
+/*
+ * Probe each configured server with its own short-lived handle.  Calls
+ * report(name, port, healthy, detail) for each.
+ */
+void
+McProbeServers(void (*report) (const char *, int, bool, const char *, void *), void *arg)
+{
+	memcached_st *mc = McHandle();
+	uint32_t	n;
+
+	if (mc == NULL)
+		return;
+	n = memcached_server_count(mc);
+	for (uint32_t i = 0; i < n; i++)
+	{
+		const memcached_instance_st *inst = memcached_server_instance_by_position(mc, i);
+		char		name[256];
+		int			port = memcached_server_port(inst);
+		memcached_st *probe;
+		memcached_return_t rc;
+		char	   *version_detail;
+
+		strlcpy(name, memcached_server_name(inst), sizeof(name));
+		probe = memcached_create(NULL);
+		memcached_behavior_set(probe, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+		memcached_behavior_set(probe, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, MemcachedConnectTimeout);
+		memcached_behavior_set(probe, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, MemcachedPollTimeout);
+		memcached_server_add(probe, name, port);
+		rc = memcached_version(probe);
+		version_detail = pstrdup(memcached_strerror(probe, rc));
+		memcached_free(probe);
+		report(name, port, rc == MEMCACHED_SUCCESS, version_detail, arg);
+	}
+}
+
+/*
+ * Check a server list: comma-separated host[:port[:weight]] items, as
+ * libmemcached parses them, with hosts made of name characters.
+ */
+bool
+McServersValid(const char *list, char **why)
+{
+	char	   *copy;
+	char	   *item;
+
+	if (list == NULL || list[0] == '\0')
+		return true;
+	copy = pstrdup(list);
+	item = copy;
+	for (;;)
+	{
+		char	   *comma = strchr(item, ',');
+		char	   *host = item;
+		char	   *colon;
+		long		port;
+		char	   *end;
+
+		if (comma)
+			*comma = '\0';
+		while (*host == ' ')
+			host++;
+		if (*host == '\0')
+		{
+			*why = psprintf("An empty server name appears in \"%s\".", list);
+			return false;
+		}
+		colon = strchr(host, ':');
+		for (char *c = host; c < (colon ? colon : host + strlen(host)); c++)
+			if (!(isalnum((unsigned char) *c) || *c == '.' || *c == '-' || *c == '_'))
+			{
+				*why = psprintf("\"%s\" is not a host name.", host);
+				return false;
+			}
+		if (colon)
+		{
+			errno = 0;
+			port = strtol(colon + 1, &end, 10);
+			if (errno != 0 || end == colon + 1 || port < 1 || port > 65535 ||
+				(*end != '\0' && *end != ':'))
+			{
+				*why = psprintf("\"%s\" does not name a port between 1 and 65535.", host);
+				return false;
+			}
+		}
+		if (comma == NULL)
+			break;
+		item = comma + 1;
+	}
+	return true;
+}

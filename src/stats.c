@@ -1,0 +1,235 @@
+/*
+ * stats.c
+ *	  Counts of memcached fast-path events (hits, lease rebuilds, fallbacks
+ *	  to the database, errors, flushes) per sequence and counter, and the
+ *	  functions that show them and probe the servers.
+ *
+ * With sharded_seq in shared_preload_libraries the counts live in shared
+ * memory and cover every session; otherwise each session counts its own.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/tuplestore.h"
+
+#include "sharded_seq.h"
+
+#define STATS_SLOTS 1024
+
+typedef struct StatSlot
+{
+	Oid			dbid;			/* InvalidOid: free */
+	int32		kind;
+	int32		id;
+	pg_atomic_uint64 v[NUM_STAT_FIELDS];
+} StatSlot;
+
+typedef struct StatsShared
+{
+	LWLock	   *lock;			/* taken to claim a slot */
+	StatSlot	slots[STATS_SLOTS];
+} StatsShared;
+
+typedef struct LocalKey
+{
+	int32		kind;
+	int32		id;
+} LocalKey;
+
+typedef struct LocalStat
+{
+	LocalKey	key;
+	uint64		v[NUM_STAT_FIELDS];
+} LocalStat;
+
+static StatsShared *Shared = NULL;
+static HTAB *Local = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+StatsShmemRequestHook(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(sizeof(StatsShared));
+	RequestNamedLWLockTranche("sharded_seq", 1);
+}
+
+static void
+StatsShmemStartup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	Shared = ShmemInitStruct("sharded_seq stats", sizeof(StatsShared), &found);
+	if (!found)
+	{
+		memset(Shared, 0, sizeof(StatsShared));
+		Shared->lock = &(GetNamedLWLockTranche("sharded_seq"))->lock;
+		for (int i = 0; i < STATS_SLOTS; i++)
+			for (int f = 0; f < NUM_STAT_FIELDS; f++)
+				pg_atomic_init_u64(&Shared->slots[i].v[f], 0);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Called from _PG_init while shared_preload_libraries is being processed. */
+void
+StatsShmemRequest(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = StatsShmemRequestHook;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = StatsShmemStartup;
+}
+
+static StatSlot *
+SharedSlot(ObjectKind kind, int32 id)
+{
+	StatSlot   *free_slot = NULL;
+
+	for (int pass = 0; pass < 2; pass++)
+	{
+		for (int i = 0; i < STATS_SLOTS; i++)
+		{
+			StatSlot   *s = &Shared->slots[i];
+
+			if (s->dbid == MyDatabaseId && s->kind == (int32) kind && s->id == id)
+				return s;
+			if (s->dbid == InvalidOid && free_slot == NULL)
+				free_slot = s;
+		}
+		if (pass == 0)
+		{
+			/* claim a slot under the lock, looking again first */
+			LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+			free_slot = NULL;
+		}
+	}
+	if (free_slot)
+	{
+		free_slot->kind = (int32) kind;
+		free_slot->id = id;
+		pg_write_barrier();
+		free_slot->dbid = MyDatabaseId;
+	}
+	LWLockRelease(Shared->lock);
+	return free_slot;			/* NULL when full: the event goes uncounted */
+}
+
+void
+StatsCount(ObjectKind kind, int32 id, StatField field, int64 n)
+{
+	if (Shared != NULL)
+	{
+		StatSlot   *s = SharedSlot(kind, id);
+
+		if (s)
+			pg_atomic_fetch_add_u64(&s->v[field], (uint64) n);
+		return;
+	}
+	else
+	{
+		LocalKey	key = {(int32) kind, id};
+		LocalStat  *ls;
+		bool		found;
+
+		if (Local == NULL)
+		{
+			HASHCTL		ctl;
+
+			ctl.keysize = sizeof(LocalKey);
+			ctl.entrysize = sizeof(LocalStat);
+			Local = hash_create("sharded_seq stats", 32, &ctl, HASH_ELEM | HASH_BLOBS);
+		}
+		ls = hash_search(Local, &key, HASH_ENTER, &found);
+		if (!found)
+			memset(ls->v, 0, sizeof(ls->v));
+		ls->v[field] += n;
+	}
+}
+
+static void
+EmitRow(ReturnSetInfo *rsinfo, int32 kind, int32 id, const uint64 *v, const char *scope)
+{
+	Datum		values[8];
+	bool		nulls[8] = {0};
+
+	values[0] = CStringGetTextDatum(kind == KIND_SEQUENCE ? "sequence" : "counter");
+	values[1] = Int32GetDatum(id);
+	for (int f = 0; f < NUM_STAT_FIELDS; f++)
+		values[2 + f] = Int64GetDatum((int64) v[f]);
+	values[2 + NUM_STAT_FIELDS] = CStringGetTextDatum(scope);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* (kind, id, hits, rebuilds, fallbacks, errors, flushes, scope) */
+PG_FUNCTION_INFO_V1(memcached_stats);
+Datum
+memcached_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (Shared != NULL)
+	{
+		for (int i = 0; i < STATS_SLOTS; i++)
+		{
+			StatSlot   *s = &Shared->slots[i];
+			uint64		v[NUM_STAT_FIELDS];
+
+			if (s->dbid != MyDatabaseId)
+				continue;
+			for (int f = 0; f < NUM_STAT_FIELDS; f++)
+				v[f] = pg_atomic_read_u64(&s->v[f]);
+			EmitRow(rsinfo, s->kind, s->id, v, "cluster");
+		}
+	}
+	else if (Local != NULL)
+	{
+		HASH_SEQ_STATUS status;
+		LocalStat  *ls;
+
+		hash_seq_init(&status, Local);
+		while ((ls = hash_seq_search(&status)) != NULL)
+			EmitRow(rsinfo, ls->key.kind, ls->key.id, ls->v, "session");
+	}
+	return (Datum) 0;
+}
+
+static void
+ReportServer(const char *name, int port, bool healthy, const char *detail, void *arg)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
+	Datum		values[4];
+	bool		nulls[4] = {0};
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Int32GetDatum(port);
+	values[2] = BoolGetDatum(healthy);
+	values[3] = CStringGetTextDatum(detail);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* (server, port, healthy, detail) for each configured memcached server */
+PG_FUNCTION_INFO_V1(memcached_servers);
+Datum
+memcached_servers(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	McProbeServers(ReportServer, rsinfo);
+	return (Datum) 0;
+}
