@@ -93,13 +93,19 @@ echo "RESULT after the faults: buffered total $total, true sum $ledger (lost $((
 echo "phase 2: load with memcached up throughout, then a clean flush"
 psql -qX -d stress -c "SELECT sharded_seq.create_counter('bc2', shards => 4, mode => 'buffered')" >/dev/null
 run_phase p2 3000 bc2
+sleep 0.5
+psql -qX -d stress -c "SELECT sharded_seq.alter_sequence('ms', tier => 'database')" >/dev/null
+sleep 0.5
+psql -qX -d stress -c "SELECT sharded_seq.alter_sequence('ms', tier => 'memcached', block => 300)" >/dev/null
+running || { echo "the load ended before the tier switches: test is void"; exit 1; }
 wait_phase
+echo "RESULT tier switched database -> memcached online: $(psql -qXAt -d stress -c "SELECT tier || ' block ' || block || ' generation ' || generation FROM sharded_seq.sequences WHERE name = 'ms'")"
 if cat "$WORK"/p2.*.err | grep -q .; then cat "$WORK"/p2.*.err | head; exit 1; fi
 flushed=$(psql -qXAt -d stress -c "SELECT sharded_seq.flush_counters()")
 read -r total ledger pending <<<"$(psql -qXAt -F ' ' -d stress -c "SELECT counter_value('bc2'), (SELECT sum(delta) FROM ledger WHERE counter = 'bc2'), (SELECT pending FROM sharded_seq.counters WHERE name = 'bc2')")"
 echo "RESULT after a clean flush ($flushed flushed): buffered total $total, true sum $ledger, pending $pending"
 [ "$total" = "$ledger" ] && [ "$pending" = 0 ]
-python3 "$HERE/check_values.py" "$WORK"/p1.*.out "$WORK"/p2.*.out >/dev/null
+python3 "$HERE/check_values.py" "$WORK"/p1.*.out "$WORK"/p2.*.out
 psql -qX -d stress -c "TABLE sharded_seq.memcached_stats"
 psql -qXAt -d stress -c "SELECT 'RESULT stats: ' || string_agg(kind || ' ' || name || ' hits=' || hits || ' rebuilds=' || rebuilds || ' fallbacks=' || fallbacks || ' errors=' || errors || ' flushes=' || flushes, '; ') FROM sharded_seq.memcached_stats"
 [ "$(psql -qXAt -d stress -c "SELECT rebuilds > 0 AND fallbacks > 0 AND hits > 0 FROM sharded_seq.memcached_stats WHERE name = 'ms'")" = t ]
