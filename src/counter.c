@@ -38,6 +38,7 @@ typedef struct CounterEntry
 	int32		shards;
 	int32		shard;			/* this session's preferred shard */
 	bool		buffered;		/* mode 'buffered' */
+	int64		claim_interval; /* last flush interval this backend tried to claim */
 	Oid			owner;
 	Acl		   *acl;			/* in TopMemoryContext, or NULL */
 	Oid			select_user;	/* user whose SELECT was checked, or 0 */
@@ -70,6 +71,7 @@ typedef struct PendingCounter
 	PendingFrame *frames;		/* innermost first */
 	ShardRef   *known;			/* where the shard rows were last seen */
 	int			nknown;
+	CounterEntry *entry;		/* backend-lived: entries are never freed */
 } PendingCounter;
 
 static HTAB *Pending = NULL;	/* in TopTransactionContext, or NULL */
@@ -109,8 +111,8 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 	SubTransactionId subid = GetCurrentSubTransactionId();
 	PendingCounter *pc;
 	bool		found;
-	/* buffered counters take positive amounts; the rest goes to the shard rows */
-	PendingKey	key = {entry->id, entry->buffered && delta > 0};
+	/* buffered counters take positive amounts memcached can add in one step */
+	PendingKey	key = {entry->id, entry->buffered && delta > 0 && (uint64) delta <= MC_MAX_DELTA};
 
 	if (Pending == NULL)
 	{
@@ -131,6 +133,7 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 		strlcpy(pc->name, entry->name, NAMEDATALEN);
 	}
 	pc->shard = entry->shard;
+	pc->entry = entry;
 	if (nrefs > 0 && pc->nknown == 0)
 	{
 		pc->known = MemoryContextAlloc(TopTransactionContext, nrefs * sizeof(ShardRef));
@@ -220,6 +223,8 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 	}
 	if (amount <= 0)
 		return 0;
+	/* at most what one decrement can take; the rest waits for the next flush */
+	amount = Min(amount, (int64) MC_MAX_DELTA);
 	/* taken out first: a read may then miss it for a moment, never count it twice */
 	if (McDecr(key, (uint64) amount, &left) != MC_OK)
 	{
@@ -256,10 +261,14 @@ ApplyBuffered(PendingCounter *pc, int64 delta)
 		int64		interval = (int64) time(NULL) / CounterFlushInterval;
 
 		StatsCount(KIND_COUNTER, pc->key.counter_id, STAT_HITS, 1);
-		/* the first committer in each interval flushes */
-		if (McAdd(McKey("ctr:%d:flush:" INT64_FORMAT, pc->key.counter_id, interval), 1,
-				  CounterFlushInterval * 2) == MC_OK)
-			(void) FlushCounter(pc->key.counter_id, pc->shard, pc->name, false);
+		/* the first committer in each interval flushes; each backend asks once */
+		if (pc->entry->claim_interval != interval)
+		{
+			pc->entry->claim_interval = interval;
+			if (McAdd(McKey("ctr:%d:flush:" INT64_FORMAT, pc->key.counter_id, interval), 1,
+					  CounterFlushInterval * 2) == MC_OK)
+				(void) FlushCounter(pc->key.counter_id, pc->shard, pc->name, false);
+		}
 	}
 	else if (r == MC_DOWN)
 	{

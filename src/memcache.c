@@ -119,32 +119,36 @@ McKey(const char *fmt,...)
 					MyDatabaseId, suffix);
 }
 
-McResult
-McIncr(const char *key, uint64 delta, uint64 *newvalue)
+static McResult
+Adjust(bool up, const char *key, uint64 delta, uint64 *newvalue)
 {
 	memcached_st *mc = McHandle();
 	uint64_t	v = 0;
 	memcached_return_t rc;
 
+	/* libmemcached takes 32-bit deltas: callers keep within MC_MAX_DELTA */
+	if (delta > MC_MAX_DELTA)
+		elog(ERROR, "memcached delta " UINT64_FORMAT " is out of range", delta);
 	if (mc == NULL)
 		return MC_DOWN;
-	rc = memcached_increment(mc, key, strlen(key), (uint32_t) Min(delta, PG_UINT32_MAX), &v);
+	if (up)
+		rc = memcached_increment(mc, key, strlen(key), (uint32_t) delta, &v);
+	else
+		rc = memcached_decrement(mc, key, strlen(key), (uint32_t) delta, &v);
 	*newvalue = v;
 	return Classify(rc);
 }
 
 McResult
+McIncr(const char *key, uint64 delta, uint64 *newvalue)
+{
+	return Adjust(true, key, delta, newvalue);
+}
+
+McResult
 McDecr(const char *key, uint64 delta, uint64 *newvalue)
 {
-	memcached_st *mc = McHandle();
-	uint64_t	v = 0;
-	memcached_return_t rc;
-
-	if (mc == NULL)
-		return MC_DOWN;
-	rc = memcached_decrement(mc, key, strlen(key), (uint32_t) Min(delta, PG_UINT32_MAX), &v);
-	*newvalue = v;
-	return Classify(rc);
+	return Adjust(false, key, delta, newvalue);
 }
 
 /* Read a decimal value; anything unparsable counts as unknown. */

@@ -364,7 +364,7 @@ DrawFromMemcached(SeqEntry *entry)
 
 		if (!entry->lease_valid)
 		{
-			int64		current;
+			int64		current = 0;
 
 			r = McGet(LeaseKey(entry), &current);
 			if (r == MC_DOWN)

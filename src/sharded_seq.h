@@ -73,6 +73,8 @@ typedef enum McResult
 	MC_UNKNOWN					/* the request may or may not have been applied */
 } McResult;
 
+#define MC_MAX_DELTA	((uint64) PG_UINT32_MAX)
+
 extern char *MemcachedServers;
 extern int	MemcachedConnectTimeout;
 extern int	MemcachedPollTimeout;
