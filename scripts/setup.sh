@@ -5,7 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+if [ "$(id -u)" != 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        echo "scripts/setup.sh needs root to install packages and the extension:" >&2
+        echo "run it as root, or install sudo and give this user sudo rights." >&2
+        exit 1
+    fi
+    SUDO="sudo"
+fi
 
 need=()
 for pkg in postgresql-15 postgresql-server-dev-15 postgresql-contrib libmemcached-dev \
