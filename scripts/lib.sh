@@ -112,3 +112,30 @@ s.sendall(sys.argv[2].encode() + b"\r\n")
 print(s.recv(4096).decode().strip())
 PY
 }
+
+# run_sessions DB NAME COUNT GENERATOR [ARGS...]: start COUNT psql sessions in
+# the background.  Session i runs the SQL that "GENERATOR ARGS... NAME i"
+# prints, with its output in $WORK/NAME.i.out and its errors in NAME.i.err.
+run_sessions() {
+    local db="$1" name="$2" count="$3"
+    shift 3
+    SESSION_PIDS=()
+    for i in $(seq 1 "$count"); do
+        "$@" "$name" "$i" >"$WORK/$name.$i.sql"
+        psql -X -q -A -t -v ON_ERROR_STOP=0 -d "$db" -f "$WORK/$name.$i.sql" \
+            >"$WORK/$name.$i.out" 2>"$WORK/$name.$i.err" &
+        SESSION_PIDS+=($!)
+    done
+}
+wait_sessions() { for p in "${SESSION_PIDS[@]}"; do wait "$p" || true; done; }
+sessions_running() {
+    for p in "${SESSION_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done
+    return 1
+}
+# sessions_cut_off NAME COUNT: fail unless a crash cut every session off mid-load.
+sessions_cut_off() {
+    local n
+    n=$(grep -l -i "connection\|terminat" "$WORK/$1".*.err 2>/dev/null | wc -l)
+    echo "RESULT $1: $n of $2 sessions were cut off by the crash"
+    [ "$n" = "$2" ] || { echo "the crash came after the load ended: test is void"; return 1; }
+}

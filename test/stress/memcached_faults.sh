@@ -27,10 +27,10 @@ SELECT sharded_seq.create_counter('bc', shards => 4, mode => 'buffered');
 CREATE TABLE ledger (counter text, delta bigint);
 SQL
 
-script() {
+script() {  # script TRANSACTIONS COUNTER PHASE SESSION
     python3 - "$@" <<'PY'
 import random, sys
-phase, session, n, counter = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+n, counter, phase, session = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 rnd = random.Random(hash((phase, session)))
 out = []
 for i in range(n):
@@ -44,17 +44,9 @@ for i in range(n):
 print("\n".join(out))
 PY
 }
-run_phase() {  # run_phase NAME TRANSACTIONS COUNTER
-    PIDS=()
-    for i in $(seq 1 $SESSIONS); do
-        script "$1" "$i" "$2" "$3" >"$WORK/$1.$i.sql"
-        psql -X -q -A -t -v ON_ERROR_STOP=0 -d stress -f "$WORK/$1.$i.sql" \
-            >"$WORK/$1.$i.out" 2>"$WORK/$1.$i.err" &
-        PIDS+=($!)
-    done
-}
-wait_phase() { for p in "${PIDS[@]}"; do wait "$p" || true; done; }
-running() { for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+run_phase() { run_sessions stress "$1" $SESSIONS script "$2" "$3"; }  # NAME TRANSACTIONS COUNTER
+wait_phase() { wait_sessions; }
+running() { sessions_running; }
 
 echo "phase 1: load while memcached is flushed, killed, restarted and taken down"
 run_phase p1 12000 bc

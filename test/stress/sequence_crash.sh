@@ -18,11 +18,11 @@ psql -qX -d stress -c "SELECT sharded_seq.create_sequence('s', shards => 4, bloc
 # the same workload on a native sequence, for comparison only
 psql -qX -d stress -c "CREATE SEQUENCE native_s" >/dev/null
 
-# script PHASE SESSION ROLLBACK_PERCENT TRANSACTIONS: a psql script
+# script ROLLBACK_PERCENT TRANSACTIONS PHASE SESSION: a psql script
 script() {
     python3 - "$@" <<'PY'
 import random, sys
-phase, session, rb, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rb, n, phase, session = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 rnd = random.Random(hash((phase, session)))
 out = []
 for i in range(n):
@@ -33,25 +33,8 @@ print("\n".join(out))
 PY
 }
 
-# run_phase NAME ROLLBACK_PERCENT TRANSACTIONS: start the sessions in the background
-run_phase() {
-    local name="$1" rb="$2" n="$3"
-    PIDS=()
-    for i in $(seq 1 $SESSIONS); do
-        script "$name" "$i" "$rb" "$n" >"$WORK/$name.$i.sql"
-        psql -X -q -A -t -v ON_ERROR_STOP=0 -d stress -f "$WORK/$name.$i.sql" \
-            >"$WORK/$name.$i.out" 2>"$WORK/$name.$i.err" &
-        PIDS+=($!)
-    done
-}
-wait_phase() { for p in "${PIDS[@]}"; do wait "$p" || true; done; }
-# interrupted PHASE: fail unless the crash really cut every session off mid-load
-interrupted() {
-    local n
-    n=$(grep -l -i "connection\|terminat" "$WORK/$1".*.err 2>/dev/null | wc -l)
-    echo "RESULT $1: $n of $SESSIONS sessions were cut off by the crash"
-    [ "$n" = "$SESSIONS" ] || { echo "the crash came after the load ended: test is void"; exit 1; }
-}
+run_phase() { run_sessions stress "$1" $SESSIONS script "$2" "$3"; }
+wait_phase() { wait_sessions; }
 wait_ready() {
     for _ in $(seq 1 120); do
         psql -qX -d stress -c "SELECT 1" >/dev/null 2>&1 && return 0
@@ -69,7 +52,7 @@ run_phase p1 100 60000
 sleep 2
 cluster_stop immediate
 wait_phase; wait $NATIVE || true
-interrupted p1
+sessions_cut_off p1 $SESSIONS
 cluster_start
 wait_ready
 ( for _ in $(seq 1 200); do echo "SELECT nextval('native_s');"; done ) \
@@ -86,7 +69,7 @@ sleep 2
 victim="$(psql -qXAt -d stress -c "SELECT pid FROM pg_stat_activity WHERE datname = 'stress' AND pid <> pg_backend_pid() LIMIT 1")"
 [ -n "$victim" ] && kill -9 "$victim"
 wait_phase
-interrupted p2
+sessions_cut_off p2 $SESSIONS
 wait_ready
 
 echo "phase 3: mixed load while the layout changes online"
