@@ -39,6 +39,7 @@ typedef struct CounterEntry
 	int32		shard;			/* this session's preferred shard */
 	bool		buffered;		/* mode 'buffered' */
 	int64		claim_interval; /* last flush interval this backend tried to claim */
+	CounterPlace place;			/* where the shard rows were last seen */
 	Oid			owner;
 	Acl		   *acl;			/* in TopMemoryContext, or NULL */
 	Oid			select_user;	/* user whose SELECT was checked, or 0 */
@@ -433,7 +434,7 @@ MemcachedPending(int32 counter_id, int64 *amount)
 static int64
 VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
 {
-	int128		total = CounterSum(entry->id, refs, nrefs) + PendingAmount(entry->id) + delta;
+	int128		total = CounterSum(entry->id, &entry->place, refs, nrefs) + PendingAmount(entry->id) + delta;
 	int64		waiting;
 
 	/* a buffered counter's amount not yet flushed; unreadable counts as none */
@@ -472,7 +473,7 @@ LoadCounterConfig(CounterEntry *entry)
 	Datum		args[1] = {CStringGetTextDatum(entry->name)};
 
 	PreparePlan(&plan,
-				"SELECT id, shards, owner::pg_catalog.oid, acl, mode = 'buffered'"
+				"SELECT id, shards, owner::pg_catalog.oid, acl, mode = 'buffered', xmin"
 				"  FROM sharded_seq.counter_config WHERE name = $1",
 				1, argtypes);
 	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
@@ -497,6 +498,10 @@ LoadCounterConfig(CounterEntry *entry)
 		acl = SPI_getbinval(tup, desc, 4, &isnull);
 		entry->acl = CopyAcl(acl, isnull);
 		entry->buffered = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
+		entry->place.counter_id = entry->id;
+		entry->place.shards = entry->shards;
+		entry->place.config_xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 6, &isnull));
+		entry->place.npages = 0;
 		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) % (uint32) entry->shards);
 	}
 }
@@ -697,7 +702,7 @@ PG_FUNCTION_INFO_V1(counter_total);
 Datum
 counter_total(PG_FUNCTION_ARGS)
 {
-	int128		total = CounterSum(PG_GETARG_INT32(0), NULL, NULL);
+	int128		total = CounterSum(PG_GETARG_INT32(0), NULL, NULL, NULL);
 
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		PG_RETURN_NULL();		/* a listing should not fail on one counter */

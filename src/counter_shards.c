@@ -23,6 +23,9 @@
 #include "executor/tuptable.h"
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
+#include "storage/predicate.h"
+#include "access/transam.h"
+#include "utils/snapmgr.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -78,22 +81,151 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
 }
 
 /*
+ * Sum one heap page's visible rows of a counter into *sum, noting each
+ * shard seen.  Returns false if a shard appears twice or lies outside
+ * 0..nshards-1, which only the index scan may judge.
+ */
+static bool
+ScanPage(Relation rel, BlockNumber blk, int32 counter_id, int32 nshards,
+		 Snapshot snapshot, bool *seen, int *nseen, int128 *sum,
+		 ShardRef *refs)
+{
+	Buffer		buf;
+	Page		page;
+	OffsetNumber maxoff;
+	TupleDesc	desc = RelationGetDescr(rel);
+	bool		ok = true;
+
+	if (blk >= RelationGetNumberOfBlocks(rel))
+		return false;
+	buf = ReadBuffer(rel, blk);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	maxoff = PageGetMaxOffsetNumber(page);
+	for (OffsetNumber off = FirstOffsetNumber; off <= maxoff && ok; off++)
+	{
+		ItemId		lp = PageGetItemId(page, off);
+		HeapTupleData tup;
+		bool		isnull;
+		int32		shard;
+
+		if (!ItemIdIsNormal(lp))
+			continue;
+		tup.t_data = (HeapTupleHeader) PageGetItem(page, lp);
+		tup.t_len = ItemIdGetLength(lp);
+		tup.t_tableOid = RelationGetRelid(rel);
+		ItemPointerSet(&tup.t_self, blk, off);
+		if (DatumGetInt32(heap_getattr(&tup, Anum_shard_counter_id, desc, &isnull)) != counter_id ||
+			!HeapTupleSatisfiesVisibility(&tup, snapshot, buf))
+			continue;
+		shard = DatumGetInt32(heap_getattr(&tup, Anum_shard_shard, desc, &isnull));
+		if (shard < 0 || shard >= nshards || seen[shard])
+		{
+			ok = false;
+			break;
+		}
+		seen[shard] = true;
+		(*nseen)++;
+		*sum += DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
+		if (refs)
+		{
+			refs[shard].shard = shard;
+			refs[shard].tid = tup.t_self;
+			refs[shard].value = DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
+		}
+	}
+	UnlockReleaseBuffer(buf);
+	return ok;
+}
+
+/*
+ * The fast read: the counter's rows, where they were last seen (a HOT
+ * update keeps a row on its page).  It is trusted only when those pages
+ * hold exactly one visible row for each of the counter's shards, and the
+ * counter's last shard change is visible to the snapshot, so the snapshot
+ * cannot see rows of another layout.  Otherwise the caller scans the index.
+ */
+static bool
+ReadKnownPages(Relation rel, CounterPlace *place, Snapshot snapshot,
+			   int128 *sum, ShardRef **refs, int *nrefs)
+{
+	bool	   *seen;
+	int			nseen = 0;
+	ShardRef   *found = NULL;
+
+	if (place == NULL || place->npages == 0 || IsolationIsSerializable() ||
+		!TransactionIdIsValid(place->config_xmin) ||
+		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
+		!TransactionIdDidCommit(place->config_xmin))
+		return false;
+	seen = palloc0(place->shards * sizeof(bool));
+	if (refs)
+		found = palloc(place->shards * sizeof(ShardRef));
+	*sum = 0;
+	for (int i = 0; i < place->npages; i++)
+		if (!ScanPage(rel, place->pages[i], place->counter_id, place->shards,
+					  snapshot, seen, &nseen, sum, found))
+			return false;
+	if (nseen != place->shards)
+		return false;
+	if (refs)
+	{
+		*refs = found;
+		*nrefs = nseen;
+	}
+	return true;
+}
+
+/* Remember which pages hold the counter's rows, from an index scan's refs. */
+static void
+RememberPages(CounterPlace *place, ShardRef *refs, int n)
+{
+	place->npages = 0;
+	for (int i = 0; i < n; i++)
+	{
+		BlockNumber blk = ItemPointerGetBlockNumber(&refs[i].tid);
+		bool		known = false;
+
+		for (int j = 0; j < place->npages; j++)
+			known |= (place->pages[j] == blk);
+		if (known)
+			continue;
+		if (place->npages == COUNTER_PLACE_PAGES)
+		{
+			place->npages = 0;	/* too scattered to be worth it */
+			return;
+		}
+		place->pages[place->npages++] = blk;
+	}
+}
+
+/*
  * Sum of a counter's shards as the active snapshot sees them; with refs,
- * also where each shard row is (palloc'd in the current context).
+ * also where each shard row is (palloc'd in the current context).  place,
+ * if given, remembers where the rows are, to skip the index next time.
  */
 int128
-CounterSum(int32 counter_id, ShardRef **refs, int *nrefs)
+CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 {
 	Relation	rel = table_open(ConfigRelid("counter_shards"), AccessShareLock);
 	bool		pushed = false;
 	int128		sum;
+	ShardRef   *local = NULL;
+	int			nlocal = 0;
 
 	if (!ActiveSnapshotSet())
 	{
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pushed = true;
 	}
-	sum = ScanShards(rel, counter_id, GetActiveSnapshot(), refs, nrefs);
+	if (!ReadKnownPages(rel, place, GetActiveSnapshot(), &sum, refs, nrefs))
+	{
+		if (place && !refs)
+			refs = &local, nrefs = &nlocal;
+		sum = ScanShards(rel, counter_id, GetActiveSnapshot(), refs, nrefs);
+		if (place && refs)
+			RememberPages(place, *refs, *nrefs);
+	}
 	if (pushed)
 		PopActiveSnapshot();
 	table_close(rel, AccessShareLock);

@@ -8,6 +8,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "storage/block.h"
 #include "storage/itemptr.h"
 #include "fmgr.h"
 #include "utils/acl.h"
@@ -112,7 +113,19 @@ typedef struct ShardRef
 	int64		value;
 } ShardRef;
 
-extern int128 CounterSum(int32 counter_id, ShardRef **refs, int *nrefs);
+/* Where a counter's shard rows were last seen, per backend. */
+#define COUNTER_PLACE_PAGES 4
+typedef struct CounterPlace
+{
+	int32		counter_id;
+	int32		shards;
+	TransactionId config_xmin;	/* the counter_config row version loaded */
+	int			npages;
+	BlockNumber pages[COUNTER_PLACE_PAGES];
+} CounterPlace;
+
+extern int128 CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs,
+						 int *nrefs);
 extern bool CounterApply(int32 counter_id, int32 preferred, int64 delta,
 						 const char *name, ShardRef *known, int nknown);
 
