@@ -183,19 +183,26 @@ ExtensionOwner(void)
 	return cached_owner;
 }
 
+/*
+ * Act as the extension's owner inside SPI, remembering the caller, whose
+ * rights the functions check themselves.
+ */
 void
-BecomeExtensionOwner(Oid *saved_user, int *saved_context)
+BeginAsOwner(OwnerContext *ctx)
 {
-	GetUserIdAndSecContext(saved_user, saved_context);
+	GetUserIdAndSecContext(&ctx->saved_user, &ctx->saved_context);
+	ctx->caller = ctx->saved_user;
 	SetUserIdAndSecContext(ExtensionOwner(),
-						   *saved_context | SECURITY_LOCAL_USERID_CHANGE |
+						   ctx->saved_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
+	SPI_connect();
 }
 
 void
-RestoreUser(Oid saved_user, int saved_context)
+EndAsOwner(OwnerContext *ctx)
 {
-	SetUserIdAndSecContext(saved_user, saved_context);
+	SPI_finish();
+	SetUserIdAndSecContext(ctx->saved_user, ctx->saved_context);
 }
 
 static const char *
@@ -226,10 +233,11 @@ CheckPrivilege(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 					 GetUserNameFromId(user, false), PrivilegeName(mode))));
 }
 
+/* Raise 42501 unless role is owner (or a member of the owning role). */
 void
-CheckOwnership(ObjectKind kind, const char *name, Oid owner)
+CheckOwnership(ObjectKind kind, const char *name, Oid owner, Oid role)
 {
-	if (has_privs_of_role(GetUserId(), owner))
+	if (has_privs_of_role(role, owner))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -450,20 +450,6 @@ VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
 	return (int64) total;
 }
 
-static void
-RunAsOwner(Oid *saved_user, int *saved_context)
-{
-	BecomeExtensionOwner(saved_user, saved_context);
-	SPI_connect();
-}
-
-static void
-EndAsOwner(Oid saved_user, int saved_context)
-{
-	SPI_finish();
-	RestoreUser(saved_user, saved_context);
-}
-
 /* Load a counter's configuration with the latest snapshot (inside SPI). */
 static void
 LoadCounterConfig(CounterEntry *entry)
@@ -572,20 +558,18 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 	AcceptInvalidationMessages();
 	if (entry->loaded_epoch != ConfigEpoch || (!entry->exists && create_missing))
 	{
-		Oid			saved_user;
-		int			saved_context;
-		Oid			caller = GetUserId();
+		OwnerContext ctx;
 
-		RunAsOwner(&saved_user, &saved_context);
+		BeginAsOwner(&ctx);
 		LoadCounterConfig(entry);
 		if (!entry->exists && create_missing)
 		{
 			PreventCommandIfReadOnly("counter_incr()");
-			InsertCounter(entry->name, DefaultCounterShards, "exact", caller, true);
+			InsertCounter(entry->name, DefaultCounterShards, "exact", ctx.caller, true);
 			CommandCounterIncrement();
 			LoadCounterConfig(entry);
 		}
-		EndAsOwner(saved_user, saved_context);
+		EndAsOwner(&ctx);
 	}
 	if (!entry->exists)
 	{
@@ -669,8 +653,7 @@ Datum
 flush_counters(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			saved_user;
-	int			saved_context;
+	OwnerContext ctx;
 	int			flushed = 0;
 	SPITupleTable *rows;
 	uint64		n;
@@ -678,7 +661,7 @@ flush_counters(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("sharded_seq.flush_counters()");
 	if (!McEnabled())
 		PG_RETURN_INT32(0);
-	RunAsOwner(&saved_user, &saved_context);
+	BeginAsOwner(&ctx);
 	PreparePlan(&plan, "SELECT id, name FROM sharded_seq.counter_config ORDER BY id", 0, NULL);
 	if (SPI_execute_plan(plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list counters");
@@ -693,7 +676,7 @@ flush_counters(PG_FUNCTION_ARGS)
 		if (FlushCounter(id, (int32) (CounterSalt % SHARDED_SEQ_MAX_SHARDS), name, true) > 0)
 			flushed++;
 	}
-	EndAsOwner(saved_user, saved_context);
+	EndAsOwner(&ctx);
 	PG_RETURN_INT32(flushed);
 }
 
@@ -745,12 +728,7 @@ FetchOwnedCounter(Oid caller, const char *name, CounterRow *row)
 	row->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
 	acl = SPI_getbinval(tup, desc, 4, &isnull);
 	row->acl = isnull ? NULL : DatumGetAclP(acl);
-	if (!has_privs_of_role(caller, row->owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of counter \"%s\"", name),
-				 errhint("Connect as role \"%s\" or a member of it.",
-						 GetUserNameFromId(row->owner, false))));
+	CheckOwnership(KIND_COUNTER, name, row->owner, caller);
 }
 
 static void
@@ -767,9 +745,7 @@ create_counter(PG_FUNCTION_ARGS)
 	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
 	int32		shards = PG_ARGISNULL(1) ? DefaultCounterShards : PG_GETARG_INT32(1);
 	char	   *mode;
-	Oid			caller = GetUserId();
-	Oid			saved_user;
-	int			saved_context;
+	OwnerContext ctx;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -781,13 +757,13 @@ create_counter(PG_FUNCTION_ARGS)
 	ValidateMode(mode);
 	PreventCommandIfReadOnly("sharded_seq.create_counter()");
 
-	RunAsOwner(&saved_user, &saved_context);
-	if (!InsertCounter(name, shards, mode, caller, true))
+	BeginAsOwner(&ctx);
+	if (!InsertCounter(name, shards, mode, ctx.caller, true))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("counter \"%s\" already exists", name),
 				 errhint("Use sharded_seq.alter_counter() to change it, or choose another name.")));
-	EndAsOwner(saved_user, saved_context);
+	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
 
@@ -802,9 +778,7 @@ alter_counter(PG_FUNCTION_ARGS)
 	static SPIPlanPtr config_plan = NULL;
 	Oid			types3[3] = {INT4OID, INT4OID, INT4OID};
 	Oid			types2[2] = {INT4OID, INT4OID};
-	Oid			caller = GetUserId();
-	Oid			saved_user;
-	int			saved_context;
+	OwnerContext ctx;
 	CounterRow	row;
 	int32		shards;
 
@@ -814,8 +788,8 @@ alter_counter(PG_FUNCTION_ARGS)
 		ValidateMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	PreventCommandIfReadOnly("sharded_seq.alter_counter()");
 
-	RunAsOwner(&saved_user, &saved_context);
-	FetchOwnedCounter(caller, name, &row);
+	BeginAsOwner(&ctx);
+	FetchOwnedCounter(ctx.caller, name, &row);
 	shards = PG_ARGISNULL(1) ? row.shards : PG_GETARG_INT32(1);
 	if (!PG_ARGISNULL(2))
 	{
@@ -876,7 +850,7 @@ alter_counter(PG_FUNCTION_ARGS)
 		ExecOrFail(config_plan, args, SPI_OK_UPDATE, "update counter");
 		AnnounceConfigChange("counter_config");
 	}
-	EndAsOwner(saved_user, saved_context);
+	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
 
@@ -887,15 +861,13 @@ drop_counter(PG_FUNCTION_ARGS)
 	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
-	Oid			caller = GetUserId();
-	Oid			saved_user;
-	int			saved_context;
+	OwnerContext ctx;
 	CounterRow	row;
 	Datum		args[1];
 
 	PreventCommandIfReadOnly("sharded_seq.drop_counter()");
-	RunAsOwner(&saved_user, &saved_context);
-	FetchOwnedCounter(caller, name, &row);
+	BeginAsOwner(&ctx);
+	FetchOwnedCounter(ctx.caller, name, &row);
 	args[0] = Int32GetDatum(row.id);
 	ForgetPending(row.id);
 	PreparePlan(&plan,
@@ -904,7 +876,7 @@ drop_counter(PG_FUNCTION_ARGS)
 				1, argtypes);
 	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
 	AnnounceConfigChange("counter_config");
-	EndAsOwner(saved_user, saved_context);
+	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
 
@@ -914,9 +886,7 @@ ChangeCounterAcl(FunctionCallInfo fcinfo, bool grant)
 	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[2] = {INT4OID, ACLITEMARRAYOID};
-	Oid			caller = GetUserId();
-	Oid			saved_user;
-	int			saved_context;
+	OwnerContext ctx;
 	CounterRow	row;
 	Datum		args[2];
 	char	   *grantee;
@@ -931,8 +901,8 @@ ChangeCounterAcl(FunctionCallInfo fcinfo, bool grant)
 	privilege = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	PreventCommandIfReadOnly("sharded_seq.grant_counter()");
 
-	RunAsOwner(&saved_user, &saved_context);
-	FetchOwnedCounter(caller, name, &row);
+	BeginAsOwner(&ctx);
+	FetchOwnedCounter(ctx.caller, name, &row);
 	args[0] = Int32GetDatum(row.id);
 	args[1] = PointerGetDatum(ChangeAcl(KIND_COUNTER, name, row.owner, row.acl,
 										grantee, privilege, grant));
@@ -940,7 +910,7 @@ ChangeCounterAcl(FunctionCallInfo fcinfo, bool grant)
 				2, argtypes);
 	ExecOrFail(plan, args, SPI_OK_UPDATE, "change counter privileges");
 	AnnounceConfigChange("counter_config");
-	EndAsOwner(saved_user, saved_context);
+	EndAsOwner(&ctx);
 }
 
 PG_FUNCTION_INFO_V1(grant_counter);

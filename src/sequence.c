@@ -86,13 +86,11 @@ LoadSequenceConfig(SeqEntry *entry)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1];
-	Oid			saved_user;
-	int			saved_context;
+	OwnerContext ctx;
 	bool		found = false;
 
 	args[0] = CStringGetTextDatum(entry->name);
-	BecomeExtensionOwner(&saved_user, &saved_context);
-	SPI_connect();
+	BeginAsOwner(&ctx);
 	PreparePlan(&plan,
 				"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl, c.tier,"
 				"       (SELECT pg_catalog.array_agg(s.relid::pg_catalog.oid ORDER BY s.shard)"
@@ -147,8 +145,7 @@ LoadSequenceConfig(SeqEntry *entry)
 		entry->checked_user = InvalidOid;
 		found = true;
 	}
-	SPI_finish();
-	RestoreUser(saved_user, saved_context);
+	EndAsOwner(&ctx);
 	entry->loaded_epoch = ConfigEpoch;
 	return found;
 }

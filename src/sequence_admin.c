@@ -311,42 +311,21 @@ NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 	AnnounceConfigChange("sequence_config");
 }
 
-/* Common prologue: become the extension owner inside SPI. */
-typedef struct AdminContext
-{
-	Oid			caller;
-	Oid			saved_user;
-	int			saved_context;
-} AdminContext;
-
+/* Common prologue: refuse read-only transactions, then act as the owner. */
 static void
-BeginAdmin(AdminContext *ctx)
+BeginAdmin(OwnerContext *ctx)
 {
 	PreventCommandIfReadOnly("sharded_seq administration");
-	ctx->caller = GetUserId();
-	BecomeExtensionOwner(&ctx->saved_user, &ctx->saved_context);
-	SPI_connect();
-}
-
-static void
-EndAdmin(AdminContext *ctx)
-{
-	SPI_finish();
-	RestoreUser(ctx->saved_user, ctx->saved_context);
+	BeginAsOwner(ctx);
 }
 
 /* Fetch, check ownership (as the caller) and row-lock a sequence. */
 static void
-FetchOwnedSeq(AdminContext *ctx, const char *name, SeqRow *row)
+FetchOwnedSeq(OwnerContext *ctx, const char *name, SeqRow *row)
 {
 	if (!FetchSeqRow(name, row, true))
 		ReportNotFound(KIND_SEQUENCE, name);
-	if (!has_privs_of_role(ctx->caller, row->owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must be owner of sharded sequence \"%s\"", name),
-				 errhint("Connect as role \"%s\" or a member of it.",
-						 GetUserNameFromId(row->owner, false))));
+	CheckOwnership(KIND_SEQUENCE, name, row->owner, ctx->caller);
 }
 
 static char *
@@ -372,7 +351,7 @@ create_sequence(PG_FUNCTION_ARGS)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[7] = {INT4OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT8OID, OIDOID};
 	Datum		args[7];
-	AdminContext ctx;
+	OwnerContext ctx;
 	SeqRow		existing;
 	int32		id;
 
@@ -414,7 +393,7 @@ create_sequence(PG_FUNCTION_ARGS)
 	CreateShards(id, 1, shards);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
-	EndAdmin(&ctx);
+	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
 
@@ -423,7 +402,7 @@ Datum
 alter_sequence(PG_FUNCTION_ARGS)
 {
 	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
-	AdminContext ctx;
+	OwnerContext ctx;
 	SeqRow		row;
 	int32		shards;
 	int32		block;
@@ -442,7 +421,7 @@ alter_sequence(PG_FUNCTION_ARGS)
 	ChooseLayout(fcinfo, 1, 2, tier, &row, &shards, &block);
 	if (shards != row.shards || block != row.block || strcmp(tier, row.tier) != 0)
 		NewGeneration(name, &row, shards, block, tier, PG_INT64_MIN);
-	EndAdmin(&ctx);
+	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
 
@@ -452,7 +431,7 @@ advance_sequence(PG_FUNCTION_ARGS)
 {
 	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
 	int64		past;
-	AdminContext ctx;
+	OwnerContext ctx;
 	SeqRow		row;
 
 	if (PG_ARGISNULL(1))
@@ -470,7 +449,7 @@ advance_sequence(PG_FUNCTION_ARGS)
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
 	NewGeneration(name, &row, row.shards, row.block, row.tier, past + 1);
-	EndAdmin(&ctx);
+	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
 
@@ -482,7 +461,7 @@ drop_sequence(PG_FUNCTION_ARGS)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1];
-	AdminContext ctx;
+	OwnerContext ctx;
 	SeqRow		row;
 
 	BeginAdmin(&ctx);
@@ -494,7 +473,7 @@ drop_sequence(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not drop sharded sequence \"%s\"", name);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
-	EndAdmin(&ctx);
+	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
 
@@ -507,7 +486,7 @@ ChangeSequenceAcl(FunctionCallInfo fcinfo, bool grant)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[2] = {INT4OID, ACLITEMARRAYOID};
 	Datum		args[2];
-	AdminContext ctx;
+	OwnerContext ctx;
 	SeqRow		row;
 
 	BeginAdmin(&ctx);
@@ -520,7 +499,7 @@ ChangeSequenceAcl(FunctionCallInfo fcinfo, bool grant)
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not change privileges of sharded sequence \"%s\"", name);
 	AnnounceConfigChange("sequence_config");
-	EndAdmin(&ctx);
+	EndAsOwner(&ctx);
 }
 
 PG_FUNCTION_INFO_V1(grant_sequence);
@@ -547,14 +526,12 @@ sequence_high_water(PG_FUNCTION_ARGS)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1] = {Int32GetDatum(id)};
-	AdminContext ctx;
+	OwnerContext ctx;
 	bool		found = false;
 	int64		high = 0;
 	int64		base = 0;
 
-	ctx.caller = GetUserId();
-	BecomeExtensionOwner(&ctx.saved_user, &ctx.saved_context);
-	SPI_connect();
+	BeginAsOwner(&ctx);
 	PreparePlan(&plan,
 				"SELECT generation, base, shards, block FROM sharded_seq.sequence_config WHERE id = $1",
 				1, argtypes);
@@ -573,7 +550,7 @@ sequence_high_water(PG_FUNCTION_ARGS)
 		high = GenerationHighWater(id, generation, base, shards, block);
 		found = true;
 	}
-	EndAdmin(&ctx);
+	EndAsOwner(&ctx);
 	if (!found || high < base)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(high);

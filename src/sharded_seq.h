@@ -46,11 +46,18 @@ extern void ValidateShards(int shards, ObjectKind kind);
 extern void ValidateBlock(int block);
 extern Oid	ExtensionOwner(void);
 extern Oid	ConfigRelid(const char *relname);
-extern void BecomeExtensionOwner(Oid *saved_user, int *saved_context);
-extern void RestoreUser(Oid saved_user, int saved_context);
+typedef struct OwnerContext
+{
+	Oid			caller;			/* whose rights are checked */
+	Oid			saved_user;
+	int			saved_context;
+} OwnerContext;
+
+extern void BeginAsOwner(OwnerContext *ctx);
+extern void EndAsOwner(OwnerContext *ctx);
 extern void CheckPrivilege(ObjectKind kind, const char *name, Oid owner,
 						   Acl *acl, AclMode mode);
-extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner);
+extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner, Oid role);
 extern Acl *ChangeAcl(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 					  const char *grantee, const char *privilege, bool grant);
 extern Acl *CopyAcl(Datum value, bool isnull);
