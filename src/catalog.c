@@ -15,12 +15,17 @@
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "access/heapam.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "sharded_seq.h"
@@ -32,8 +37,16 @@
  */
 uint64		ConfigEpoch = 1;
 
+/*
+ * Bumped when role memberships or roles change, so that privilege checks
+ * remembered per object are made again.
+ */
+uint64		PrivilegeEpoch = 1;
+
 static Oid	cached_namespace = InvalidOid;
 static Oid	cached_owner = InvalidOid;
+static bool cached_token_valid = false;
+static uint64 cached_token = 0;
 
 /* OIDs of our tables and indexes, looked up by name on the hot paths */
 #define MAX_CACHED_RELIDS 8
@@ -50,17 +63,38 @@ ConfigInvalidated(Datum arg, Oid relid)
 	/* Cheap and conservative: any relcache change may be ours. */
 	ConfigEpoch++;
 	n_cached_relids = 0;
+	cached_owner = InvalidOid;
 	if (relid == InvalidOid)
 	{
 		cached_namespace = InvalidOid;
-		cached_owner = InvalidOid;
+		cached_token_valid = false;
 	}
+}
+
+/* A schema was created or dropped: DROP/CREATE EXTENSION makes a new install. */
+static void
+NamespaceInvalidated(Datum arg, int cacheid, uint32 hashvalue)
+{
+	ConfigEpoch++;
+	n_cached_relids = 0;
+	cached_namespace = InvalidOid;
+	cached_owner = InvalidOid;
+	cached_token_valid = false;
+}
+
+static void
+RolesInvalidated(Datum arg, int cacheid, uint32 hashvalue)
+{
+	PrivilegeEpoch++;
 }
 
 void
 CatalogInit(void)
 {
 	CacheRegisterRelcacheCallback(ConfigInvalidated, (Datum) 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, NamespaceInvalidated, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHOID, RolesInvalidated, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, RolesInvalidated, (Datum) 0);
 }
 
 const char *
@@ -190,11 +224,23 @@ ExtensionOwner(void)
 void
 BeginAsOwner(OwnerContext *ctx)
 {
+	Oid			owner = ExtensionOwner();
+
 	GetUserIdAndSecContext(&ctx->saved_user, &ctx->saved_context);
 	ctx->caller = ctx->saved_user;
-	SetUserIdAndSecContext(ExtensionOwner(),
+	SetUserIdAndSecContext(owner,
 						   ctx->saved_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
+
+	/*
+	 * The caller's search_path must not pick the operators and functions
+	 * our plans run with the owner's rights.  The nest level is undone here,
+	 * or by the (sub)transaction abort if anything raises an error.
+	 */
+	ctx->guc_nest_level = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
 	SPI_connect();
 }
 
@@ -202,7 +248,41 @@ void
 EndAsOwner(OwnerContext *ctx)
 {
 	SPI_finish();
+	AtEOXact_GUC(true, ctx->guc_nest_level);
 	SetUserIdAndSecContext(ctx->saved_user, ctx->saved_context);
+}
+
+/*
+ * A random number drawn when the extension is created, so that memcached
+ * keys of an earlier installation in the same database are never read.
+ * 0 for an installation upgraded from 1.0, which keeps 1.0's keys.
+ */
+uint64
+InstallationToken(void)
+{
+	if (!cached_token_valid)
+	{
+		Relation	rel = table_open(ConfigRelid("installation"), AccessShareLock);
+		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+		TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
+		HeapTuple	tup = heap_getnext(scan, ForwardScanDirection);
+		bool		isnull = true;
+		Datum		token = 0;
+
+		if (HeapTupleIsValid(tup))
+			token = heap_getattr(tup, 1, RelationGetDescr(rel), &isnull);
+		table_endscan(scan);
+		UnregisterSnapshot(snapshot);
+		table_close(rel, AccessShareLock);
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("table %s.installation is empty", SHARDED_SEQ_SCHEMA),
+					 errhint("Reinstall the extension: DROP EXTENSION sharded_seq; CREATE EXTENSION sharded_seq.")));
+		cached_token = (uint64) DatumGetInt64(token);
+		cached_token_valid = true;
+	}
+	return cached_token;
 }
 
 static const char *
@@ -215,15 +295,23 @@ PrivilegeName(AclMode mode)
 	return "usage";
 }
 
+/* Does role hold one of the rights in mode on an object? */
+bool
+HasPrivilege(Oid owner, Acl *acl, Oid role, AclMode mode)
+{
+	Acl		   *effective = acl ? acl : acldefault(OBJECT_SEQUENCE, owner);
+
+	return aclmask(effective, role, owner, mode, ACLMASK_ANY) != 0;
+}
+
 /* Raise 42501 unless the current user holds one of the rights in mode. */
 void
 CheckPrivilege(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 			   AclMode mode)
 {
 	Oid			user = GetUserId();
-	Acl		   *effective = acl ? acl : acldefault(OBJECT_SEQUENCE, owner);
 
-	if (aclmask(effective, user, owner, mode, ACLMASK_ANY) != 0)
+	if (HasPrivilege(owner, acl, user, mode))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -231,6 +319,15 @@ CheckPrivilege(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 			 errhint("The owner can run sharded_seq.grant_%s('%s', '%s', '%s').",
 					 kind == KIND_SEQUENCE ? "sequence" : "counter", name,
 					 GetUserNameFromId(user, false), PrivilegeName(mode))));
+}
+
+/* An owner's name, or its OID if the role was dropped. */
+static const char *
+OwnerName(Oid owner)
+{
+	char	   *name = GetUserNameFromId(owner, true);
+
+	return name ? name : psprintf("%u", owner);
 }
 
 /* Raise 42501 unless role is owner (or a member of the owning role). */
@@ -243,7 +340,7 @@ CheckOwnership(ObjectKind kind, const char *name, Oid owner, Oid role)
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("must be owner of %s \"%s\"", KindName(kind), name),
 			 errhint("Connect as role \"%s\" or a member of it.",
-					 GetUserNameFromId(owner, false))));
+					 OwnerName(owner))));
 }
 
 static AclMode

@@ -1,16 +1,16 @@
 /*
  * counter.c
- *	  The counter engine (exact mode): counter_incr, counter_value and the
- *	  counter administration functions.
+ *	  The counter engine: counter_incr, counter_value, and what a transaction
+ *	  owes its counters until it commits.
  *
  * A counter is a set of shard rows; its total is their sum.  counter_incr
  * adds to this transaction's pending amount for the counter, kept in backend
  * memory per subtransaction, so a rolled-back savepoint takes its share back.
- * Just before commit the pending amounts are added to one shard each
- * (counter_shards.c), in counter id order.  So the shard rows are locked only
- * for the moment of commit: an increment never waits during the transaction,
- * a million increments in one transaction cost one row update, and commits
- * that take counters in a fixed order cannot deadlock on them.
+ * Just before commit each counter's net amount is applied once: to one shard
+ * row (counter_shards.c), or, for a buffered counter, to memcached after the
+ * commit (counter_memcached.c).  Counters are taken in id order, so shard
+ * rows are locked only for the moment of commit, a million increments in one
+ * transaction cost one row update, and commits cannot deadlock on them.
  */
 #include "postgres.h"
 
@@ -20,12 +20,12 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "storage/lock.h"
 
 #include "sharded_seq.h"
 
@@ -44,31 +44,28 @@ typedef struct CounterEntry
 	Acl		   *acl;			/* in TopMemoryContext, or NULL */
 	Oid			select_user;	/* user whose SELECT was checked, or 0 */
 	Oid			update_user;	/* user whose UPDATE was checked, or 0 */
+	uint64		checked_epoch;	/* PrivilegeEpoch of those checks */
 } CounterEntry;
 
 static HTAB *CounterEntries = NULL;
 static uint32 CounterSalt = 0;
 
-/* One subtransaction's share of a pending amount. */
+/*
+ * One subtransaction's share of a pending amount.  int128, so that merging
+ * a committed savepoint into its parent cannot overflow; the net amount must
+ * fit a bigint only when it is applied.
+ */
 typedef struct PendingFrame
 {
 	SubTransactionId subid;
-	int64		delta;
+	int128		delta;
 	struct PendingFrame *outer;
 } PendingFrame;
 
 /* This transaction's pending amount for one counter. */
-typedef struct PendingKey
-{
-	int32		counter_id;
-	int32		buffered;		/* 1: for memcached, 0: for the shard rows */
-} PendingKey;
-
 typedef struct PendingCounter
 {
-	PendingKey	key;			/* hash key */
-	int32		shard;
-	char		name[NAMEDATALEN];
+	int32		counter_id;		/* hash key */
 	PendingFrame *frames;		/* innermost first */
 	ShardRef   *known;			/* where the shard rows were last seen */
 	int			nknown;
@@ -76,6 +73,16 @@ typedef struct PendingCounter
 } PendingCounter;
 
 static HTAB *Pending = NULL;	/* in TopTransactionContext, or NULL */
+
+/* Counters this transaction dropped, by the subtransaction that did it. */
+typedef struct DroppedCounter
+{
+	int32		counter_id;
+	SubTransactionId subid;
+	struct DroppedCounter *next;
+} DroppedCounter;
+
+static DroppedCounter *Dropped = NULL;	/* in TopTransactionContext */
 
 static int128
 FramesSum(PendingCounter *pc)
@@ -87,23 +94,16 @@ FramesSum(PendingCounter *pc)
 	return sum;
 }
 
-/* This transaction's uncommitted increments of a counter, both kinds. */
+/* This transaction's uncommitted increments of a counter. */
 static int128
 PendingAmount(int32 counter_id)
 {
-	int128		sum = 0;
+	PendingCounter *pc;
 
 	if (Pending == NULL)
 		return 0;
-	for (int32 b = 0; b < 2; b++)
-	{
-		PendingKey	key = {counter_id, b};
-		PendingCounter *pc = hash_search(Pending, &key, HASH_FIND, NULL);
-
-		if (pc)
-			sum += FramesSum(pc);
-	}
-	return sum;
+	pc = hash_search(Pending, &counter_id, HASH_FIND, NULL);
+	return pc ? FramesSum(pc) : 0;
 }
 
 static void
@@ -112,28 +112,24 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 	SubTransactionId subid = GetCurrentSubTransactionId();
 	PendingCounter *pc;
 	bool		found;
-	/* buffered counters take positive amounts memcached can add in one step */
-	PendingKey	key = {entry->id, entry->buffered && delta > 0 && (uint64) delta <= MC_MAX_DELTA};
 
 	if (Pending == NULL)
 	{
 		HASHCTL		ctl;
 
-		ctl.keysize = sizeof(PendingKey);
+		ctl.keysize = sizeof(int32);
 		ctl.entrysize = sizeof(PendingCounter);
 		ctl.hcxt = TopTransactionContext;
 		Pending = hash_create("sharded_seq pending increments", 16, &ctl,
 							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
-	pc = hash_search(Pending, &key, HASH_ENTER, &found);
+	pc = hash_search(Pending, &entry->id, HASH_ENTER, &found);
 	if (!found)
 	{
 		pc->frames = NULL;
 		pc->known = NULL;
 		pc->nknown = 0;
-		strlcpy(pc->name, entry->name, NAMEDATALEN);
 	}
-	pc->shard = entry->shard;
 	pc->entry = entry;
 	if (nrefs > 0 && pc->nknown == 0)
 	{
@@ -150,305 +146,31 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 		f->outer = pc->frames;
 		pc->frames = f;
 	}
-	if (pg_add_s64_overflow(pc->frames->delta, delta, &pc->frames->delta))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("counter \"%s\" would overflow bigint", entry->name),
-				 errdetail("This transaction's increments add up to more than a bigint."),
-				 errhint("Nothing was changed.  Commit in smaller transactions.")));
+	pc->frames->delta += delta;
 }
 
-static int
-ComparePending(const void *a, const void *b)
-{
-	int32		x = (*(PendingCounter *const *) a)->key.counter_id;
-	int32		y = (*(PendingCounter *const *) b)->key.counter_id;
-
-	return (x > y) - (x < y);
-}
-
-static void
-ApplyToShards(PendingCounter *pc, int64 delta)
-{
-	if (!CounterApply(pc->key.counter_id, pc->shard, delta, pc->name,
-					  pc->known, pc->nknown))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("counter \"%s\" was dropped before this transaction committed", pc->name),
-				 errhint("The transaction was rolled back.  Recreate the counter, or retry without it.")));
-}
-
-/* Amounts a flush took from memcached, given back if this transaction aborts. */
-typedef struct GiveBack
-{
-	char		key[250];
-	uint64		amount;
-	struct GiveBack *next;
-} GiveBack;
-
-static GiveBack *GiveBacks = NULL;	/* in TopMemoryContext */
-
-static char *
-PendingKeyName(int32 counter_id)
-{
-	return McKey("ctr:%d:pending", counter_id);
-}
-
-/*
- * Move a counter's amount from memcached to a shard row, in this
- * transaction.  Only one session flushes a counter at a time (an advisory
- * lock held to the end of the transaction); the amount is read and then
- * decremented by exactly that much, so increments arriving meanwhile stay
- * pending.  Returns the amount moved, or -1 if nothing could safely be moved.
- */
-static int64
-FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
-{
-	LOCKTAG		tag;
-	char	   *key = PendingKeyName(counter_id);
-	int64		amount;
-	uint64		left;
-	McResult	r;
-	GiveBack   *gb;
-
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, SHARDED_SEQ_FLUSH_CLASS, (uint32) counter_id, 2);
-	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
-		return -1;
-	r = McGet(key, &amount);
-	if (r == MC_MISSING)
-		return 0;
-	if (r != MC_OK)
-	{
-		StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
-		return -1;
-	}
-	if (amount <= 0)
-		return 0;
-	/* at most what one decrement can take; the rest waits for the next flush */
-	amount = Min(amount, (int64) MC_MAX_DELTA);
-	/* taken out first: a read may then miss it for a moment, never count it twice */
-	if (McDecr(key, (uint64) amount, &left) != MC_OK)
-	{
-		StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
-		return -1;
-	}
-	gb = MemoryContextAlloc(TopMemoryContext, sizeof(GiveBack));
-	strlcpy(gb->key, key, sizeof(gb->key));
-	gb->amount = (uint64) amount;
-	gb->next = GiveBacks;
-	GiveBacks = gb;
-	if (!CounterApply(counter_id, shard, amount, name, NULL, 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("counter \"%s\" was dropped while it was being flushed", name),
-				 errhint("Its pending amount was given back to memcached.")));
-	StatsCount(KIND_COUNTER, counter_id, STAT_FLUSHES, 1);
-	return amount;
-}
-
-/* A buffered amount, at commit: into memcached, or the shard rows if it is down. */
-static void
-ApplyBuffered(PendingCounter *pc, int64 delta)
-{
-	char	   *key = PendingKeyName(pc->key.counter_id);
-	uint64		unused;
-	McResult	r = McIncr(key, (uint64) delta, &unused);
-
-	/* a missing key is created holding our amount, never after an unknown incr */
-	if (r == MC_MISSING)
-		r = McAdd(key, delta, 0);
-	if (r == MC_OK)
-	{
-		int64		interval = (int64) time(NULL) / CounterFlushInterval;
-
-		StatsCount(KIND_COUNTER, pc->key.counter_id, STAT_HITS, 1);
-		/* the first committer in each interval flushes; each backend asks once */
-		if (pc->entry->claim_interval != interval)
-		{
-			pc->entry->claim_interval = interval;
-			if (McAdd(McKey("ctr:%d:flush:" INT64_FORMAT, pc->key.counter_id, interval), 1,
-					  CounterFlushInterval * 2) == MC_OK)
-				(void) FlushCounter(pc->key.counter_id, pc->shard, pc->name, false);
-		}
-	}
-	else if (r == MC_DOWN)
-	{
-		/* nothing reached memcached: count it in the shard rows instead */
-		StatsCount(KIND_COUNTER, pc->key.counter_id, STAT_FALLBACKS, 1);
-		ApplyToShards(pc, delta);
-	}
-	else
-	{
-		/*
-		 * The amount may or may not be in memcached.  Writing it to the shard
-		 * rows too could count it twice, so it is left: at worst it is lost.
-		 */
-		StatsCount(KIND_COUNTER, pc->key.counter_id, STAT_ERRORS, 1);
-	}
-}
-
-/* Add every pending amount where it goes, in counter id order. */
-static void
-ApplyPending(void)
-{
-	HASH_SEQ_STATUS status;
-	PendingCounter *pc;
-	PendingCounter **list;
-	long		n = 0;
-
-	if (Pending == NULL)
-		return;
-	list = palloc(hash_get_num_entries(Pending) * sizeof(PendingCounter *));
-	hash_seq_init(&status, Pending);
-	while ((pc = hash_seq_search(&status)) != NULL)
-		list[n++] = pc;
-	qsort(list, n, sizeof(PendingCounter *), ComparePending);
-	for (long i = 0; i < n; i++)
-	{
-		int64		delta = (int64) FramesSum(list[i]);
-
-		if (delta == 0)
-			continue;
-		if (list[i]->key.buffered)
-			ApplyBuffered(list[i], delta);
-		else
-			ApplyToShards(list[i], delta);
-	}
-	Pending = NULL;
-}
-
-static void
-EndGiveBacks(bool aborted)
-{
-	while (GiveBacks)
-	{
-		GiveBack   *gb = GiveBacks;
-		uint64		unused;
-
-		/* libmemcached only: nothing here may ereport during abort */
-		if (aborted && McIncr(gb->key, gb->amount, &unused) == MC_MISSING)
-			(void) McAdd(gb->key, (int64) gb->amount, 0);
-		GiveBacks = gb->next;
-		pfree(gb);
-	}
-}
-
-static void
-CounterXactCallback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PRE_PREPARE:
-			ApplyPending();
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			Pending = NULL;		/* its memory goes with TopTransactionContext */
-			EndGiveBacks(false);
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			Pending = NULL;
-			EndGiveBacks(true);
-			break;
-		default:
-			break;
-	}
-}
-
-/* A rolled-back subtransaction takes its increments back; a committed one hands them up. */
-static void
-CounterSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
-{
-	HASH_SEQ_STATUS status;
-	PendingCounter *pc;
-
-	if (Pending == NULL ||
-		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
-		return;
-	hash_seq_init(&status, Pending);
-	while ((pc = hash_seq_search(&status)) != NULL)
-	{
-		PendingFrame *f = pc->frames;
-
-		if (f == NULL || f->subid != mySubid)
-			continue;
-		if (event == SUBXACT_EVENT_ABORT_SUB)
-			pc->frames = f->outer;
-		else if (f->outer && f->outer->subid == parentSubid)
-		{
-			/* cannot overflow: the sum was checked as it grew */
-			f->outer->delta += f->delta;
-			pc->frames = f->outer;
-		}
-		else
-			f->subid = parentSubid;
-	}
-}
-
-void
-CounterInit(void)
-{
-	RegisterXactCallback(CounterXactCallback, NULL);
-	RegisterSubXactCallback(CounterSubXactCallback, NULL);
-}
-
-/* Forget this transaction's increments of a counter it is dropping. */
-static void
-ForgetPending(int32 counter_id)
-{
-	for (int32 b = 0; b < 2 && Pending != NULL; b++)
-	{
-		PendingKey	key = {counter_id, b};
-
-		hash_search(Pending, &key, HASH_REMOVE, NULL);
-	}
-}
-
-/* The amount waiting in memcached: 0 if none, false if it cannot be read. */
 static bool
-MemcachedPending(int32 counter_id, int64 *amount)
+DroppedInXact(int32 counter_id)
 {
-	McResult	r;
-
-	*amount = 0;
-	if (!McEnabled())
-		return true;
-	r = McGet(PendingKeyName(counter_id), amount);
-	if (r == MC_MISSING)
-		*amount = 0;
-	if (r == MC_OK || r == MC_MISSING)
-		return true;
-	*amount = 0;
-	StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
+	for (DroppedCounter *d = Dropped; d; d = d->next)
+		if (d->counter_id == counter_id)
+			return true;
 	return false;
 }
 
-/*
- * Stored total, plus this transaction's pending amount, plus delta; with
- * refs, also where the shard rows are.
- */
-static int64
-VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
+/* drop_counter: this transaction's increments of it go nowhere, if it commits. */
+void
+CounterDroppedInXact(int32 counter_id)
 {
-	int128		total = CounterSum(entry->id, &entry->place, refs, nrefs) + PendingAmount(entry->id) + delta;
-	int64		waiting;
+	DroppedCounter *d = MemoryContextAlloc(TopTransactionContext, sizeof(DroppedCounter));
 
-	/* a buffered counter's amount not yet flushed; unreadable counts as none */
-	if (entry->buffered && MemcachedPending(entry->id, &waiting))
-		total += waiting;
-
-	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("counter \"%s\" would overflow bigint", entry->name),
-				 errdetail("Its total would not fit in a bigint."),
-				 errhint("Nothing was changed.  Keep totals within bigint, or add an amount of the opposite sign.")));
-	return (int64) total;
+	d->counter_id = counter_id;
+	d->subid = GetCurrentSubTransactionId();
+	d->next = Dropped;
+	Dropped = d;
 }
+
+/* ---- configuration ---- */
 
 /* Load a counter's configuration with the latest snapshot (inside SPI). */
 static void
@@ -457,15 +179,20 @@ LoadCounterConfig(CounterEntry *entry)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(entry->name)};
+	uint64		epoch;
 
 	PreparePlan(&plan,
-				"SELECT id, shards, owner::pg_catalog.oid, acl, mode = 'buffered', xmin"
-				"  FROM sharded_seq.counter_config WHERE name = $1",
+				"SELECT id, shards, owner::pg_catalog.oid, acl,"
+				"       mode OPERATOR(pg_catalog.=) 'buffered'::pg_catalog.text, xmin"
+				"  FROM sharded_seq.counter_config WHERE name OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
+	/* the epoch from before the snapshot: a later change shows as a new epoch */
+	AcceptInvalidationMessages();
+	epoch = ConfigEpoch;
 	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
 							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.counter_config");
-	entry->loaded_epoch = ConfigEpoch;
+	entry->loaded_epoch = epoch;
 	entry->select_user = entry->update_user = InvalidOid;
 	if (entry->acl)
 		pfree(entry->acl);
@@ -492,58 +219,22 @@ LoadCounterConfig(CounterEntry *entry)
 	}
 }
 
+/* Reload an entry whose configuration may have changed. */
 static void
-ValidateMode(const char *mode)
+RefreshCounter(CounterEntry *entry, bool create_missing)
 {
-	if (strcmp(mode, "exact") == 0 || strcmp(mode, "buffered") == 0)
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("unknown counter mode \"%s\"", mode),
-			 errhint("mode must be 'exact' or 'buffered'.")));
-}
+	OwnerContext ctx;
 
-/* Insert a counter and its shard rows (inside SPI, as the owner). */
-static bool
-InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
-			  bool if_not_exists)
-{
-	static SPIPlanPtr plan = NULL;
-	static SPIPlanPtr plan_ine = NULL;
-	static SPIPlanPtr shards_plan = NULL;
-	Oid			argtypes[5] = {INT4OID, TEXTOID, INT4OID, TEXTOID, OIDOID};
-	Datum		args[5];
-	Oid			shard_types[2] = {INT4OID, INT4OID};
-	Datum		shard_args[2];
-	const char *sql =
-		"INSERT INTO sharded_seq.counter_config (id, name, shards, mode, owner)"
-		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
-	int32		id = NextObjectId();
-
-	args[0] = Int32GetDatum(id);
-	args[1] = CStringGetTextDatum(name);
-	args[2] = Int32GetDatum(shards);
-	args[3] = CStringGetTextDatum(mode);
-	args[4] = ObjectIdGetDatum(owner);
-	if (if_not_exists)
-		PreparePlan(&plan_ine, psprintf("%s ON CONFLICT (name) DO NOTHING", sql), 5, argtypes);
-	else
-		PreparePlan(&plan, sql, 5, argtypes);
-	if (SPI_execute_plan(if_not_exists ? plan_ine : plan, args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not create counter \"%s\"", name);
-	if (SPI_processed == 0)
-		return false;			/* someone else created it first */
-
-	shard_args[0] = Int32GetDatum(id);
-	shard_args[1] = Int32GetDatum(shards);
-	PreparePlan(&shards_plan,
-				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
-				" SELECT $1, g FROM pg_catalog.generate_series(0, $2 - 1) g",
-				2, shard_types);
-	if (SPI_execute_plan(shards_plan, shard_args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not create shards of counter \"%s\"", name);
-	AnnounceConfigChange("counter_config");
-	return true;
+	BeginAsOwner(&ctx);
+	LoadCounterConfig(entry);
+	if (!entry->exists && create_missing)
+	{
+		PreventCommandIfReadOnly("counter_incr()");
+		InsertCounter(entry->name, DefaultCounterShards, "exact", ctx.caller, true);
+		CommandCounterIncrement();
+		LoadCounterConfig(entry);
+	}
+	EndAsOwner(&ctx);
 }
 
 static CounterEntry *
@@ -556,21 +247,8 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 	if (CounterSalt == 0)
 		CounterSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime) | 1;
 	AcceptInvalidationMessages();
-	if (entry->loaded_epoch != ConfigEpoch || (!entry->exists && create_missing))
-	{
-		OwnerContext ctx;
-
-		BeginAsOwner(&ctx);
-		LoadCounterConfig(entry);
-		if (!entry->exists && create_missing)
-		{
-			PreventCommandIfReadOnly("counter_incr()");
-			InsertCounter(entry->name, DefaultCounterShards, "exact", ctx.caller, true);
-			CommandCounterIncrement();
-			LoadCounterConfig(entry);
-		}
-		EndAsOwner(&ctx);
-	}
+	if (entry->loaded_epoch != ConfigEpoch || !entry->exists)
+		RefreshCounter(entry, create_missing);
 	if (!entry->exists)
 	{
 		char		name[NAMEDATALEN];
@@ -589,10 +267,272 @@ CheckCounterPrivilege(CounterEntry *entry, AclMode mode)
 	Oid			user = GetUserId();
 	Oid		   *checked = (mode == ACL_SELECT) ? &entry->select_user : &entry->update_user;
 
+	if (entry->checked_epoch != PrivilegeEpoch)
+	{
+		entry->select_user = entry->update_user = InvalidOid;
+		entry->checked_epoch = PrivilegeEpoch;
+	}
 	if (*checked == user)
 		return;
 	CheckPrivilege(KIND_COUNTER, entry->name, entry->owner, entry->acl, mode);
 	*checked = user;
+}
+
+/* ---- commit ---- */
+
+static int
+CompareItems(const void *a, const void *b)
+{
+	int32		x = ((const CommitItem *) a)->counter_id;
+	int32		y = ((const CommitItem *) b)->counter_id;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Add an amount to the counter's shard rows in this transaction.  A counter
+ * that is gone takes nothing: silently if this transaction dropped it, or if
+ * the amount is left over from an earlier transaction; else with an error.
+ */
+static void
+ApplyToRows(CommitItem *item, int64 amount)
+{
+	if (CounterApply(item->counter_id, item->shard, amount, item->name,
+					 item->known, item->nknown))
+		return;
+	if (DroppedInXact(item->counter_id) || item->leftover)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("counter \"%s\" was dropped before this transaction committed", item->name),
+			 errhint("The transaction was rolled back.  Recreate the counter, or retry without it.")));
+}
+
+/*
+ * Send a buffered counter's amount to memcached after commit, if memcached
+ * is usable and the counter is still buffered.  Returns false if the amount
+ * must go to the shard rows instead.
+ */
+static bool
+TryBuffer(CommitItem *item, int64 amount, bool preparing)
+{
+	CounterEntry *entry = (CounterEntry *) item->entry;
+
+	if (preparing || amount <= 0 || (uint64) amount > MC_MAX_DELTA ||
+		!McEnabled() || McRecentlyDown())
+		return false;
+	if (entry == NULL || !entry->buffered || DroppedInXact(item->counter_id))
+		return false;
+
+	/*
+	 * Held until this transaction has finished with memcached, after commit:
+	 * alter_counter and drop_counter take it exclusively, so an amount never
+	 * lands in memcached after its counter stopped being buffered.
+	 */
+	LockDatabaseObject(ConfigRelid("counter_config"), item->counter_id, 0, ShareLock);
+	if (entry->loaded_epoch != ConfigEpoch)
+		RefreshCounter(entry, false);
+	if (!entry->exists || entry->id != item->counter_id || !entry->buffered)
+		return false;
+	BufferAfterCommit(item->counter_id, amount, item->shard, item->name,
+					  &entry->claim_interval);
+	return true;
+}
+
+/*
+ * Apply every counter's net amount, in counter id order, once.  Amounts that
+ * earlier commits could not hand to memcached ride along.
+ */
+static void
+ApplyPending(bool preparing)
+{
+	HASH_SEQ_STATUS status;
+	PendingCounter *pc;
+	CommitItem *items;
+	long		n = 0;
+	long		cap;
+	long		merged = 0;
+
+	if (preparing && FlushedInXact())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that has flushed buffered counters"),
+				 errdetail("The amounts it took from memcached could not be given back by ROLLBACK PREPARED."),
+				 errhint("Call sharded_seq.flush_counters() in a transaction of its own.")));
+	if (Pending == NULL)
+		return;					/* leftovers ride only with counter work */
+
+	cap = hash_get_num_entries(Pending) + CountLeftovers() + 1;
+	items = palloc0(cap * sizeof(CommitItem));
+	hash_seq_init(&status, Pending);
+	while ((pc = hash_seq_search(&status)) != NULL)
+	{
+		CommitItem *item = &items[n++];
+
+		item->counter_id = pc->counter_id;
+		item->shard = pc->entry->shard;
+		item->name = pc->entry->name;
+		item->entry = pc->entry;
+		item->amount = FramesSum(pc);
+		item->known = pc->known;
+		item->nknown = pc->nknown;
+	}
+	if (!preparing)
+		n = TakeLeftovers(items, n);
+	qsort(items, n, sizeof(CommitItem), CompareItems);
+
+	/* one item per counter */
+	for (long i = 0; i < n; i++)
+	{
+		if (merged > 0 && items[merged - 1].counter_id == items[i].counter_id)
+		{
+			CommitItem *into = &items[merged - 1];
+
+			into->amount += items[i].amount;
+			into->leftover |= items[i].leftover;
+			if (into->entry == NULL && items[i].entry != NULL)
+			{
+				into->entry = items[i].entry;
+				into->name = items[i].name;
+				into->known = items[i].known;
+				into->nknown = items[i].nknown;
+			}
+		}
+		else
+			items[merged++] = items[i];
+	}
+
+	for (long i = 0; i < merged; i++)
+	{
+		CommitItem *item = &items[i];
+		int64		amount;
+
+		if (item->amount == 0)
+			continue;
+		if (item->amount > PG_INT64_MAX || item->amount < PG_INT64_MIN)
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("counter \"%s\" would overflow bigint", item->name),
+					 errdetail("This transaction's increments add up to more than a bigint."),
+					 errhint("The transaction was rolled back.  Commit in smaller transactions.")));
+		amount = (int64) item->amount;
+		if (!TryBuffer(item, amount, preparing))
+			ApplyToRows(item, amount);
+	}
+	Pending = NULL;
+}
+
+static void
+CounterXactCallback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			ApplyPending(false);
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			ApplyPending(true);
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			Pending = NULL;		/* its memory goes with TopTransactionContext */
+			Dropped = NULL;
+			BufferAtCommit();
+			break;
+		case XACT_EVENT_PREPARE:
+			Pending = NULL;
+			Dropped = NULL;
+			BufferAtCommit();	/* nothing was buffered: only leftovers are kept */
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			Pending = NULL;
+			Dropped = NULL;
+			BufferAtAbort();
+			break;
+		default:
+			break;
+	}
+}
+
+/* A rolled-back subtransaction takes its increments back; a committed one hands them up. */
+static void
+CounterSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	HASH_SEQ_STATUS status;
+	PendingCounter *pc;
+	DroppedCounter **link;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	BufferAtSubXact(event == SUBXACT_EVENT_ABORT_SUB, mySubid, parentSubid);
+
+	link = &Dropped;
+	while (*link)
+	{
+		DroppedCounter *d = *link;
+
+		if (d->subid == mySubid && event == SUBXACT_EVENT_ABORT_SUB)
+		{
+			*link = d->next;	/* the drop is undone */
+			continue;
+		}
+		if (d->subid == mySubid)
+			d->subid = parentSubid;
+		link = &d->next;
+	}
+
+	if (Pending == NULL)
+		return;
+	hash_seq_init(&status, Pending);
+	while ((pc = hash_seq_search(&status)) != NULL)
+	{
+		PendingFrame *f = pc->frames;
+
+		if (f == NULL || f->subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+			pc->frames = f->outer;
+		else if (f->outer && f->outer->subid == parentSubid)
+		{
+			f->outer->delta += f->delta;
+			pc->frames = f->outer;
+		}
+		else
+			f->subid = parentSubid;
+	}
+}
+
+void
+CounterInit(void)
+{
+	RegisterXactCallback(CounterXactCallback, NULL);
+	RegisterSubXactCallback(CounterSubXactCallback, NULL);
+	BufferInit();
+}
+
+/*
+ * Stored total, plus this transaction's pending amount, plus delta; with
+ * refs, also where the shard rows are.
+ */
+static int64
+VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
+{
+	int128		total = CounterSum(entry->id, &entry->place, refs, nrefs) + PendingAmount(entry->id) + delta;
+	int64		waiting;
+
+	/* a buffered counter's amount not yet flushed; unreadable counts as none */
+	if (entry->buffered && MemcachedPending(entry->id, &waiting))
+		total += waiting;
+
+	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("counter \"%s\" would overflow bigint", entry->name),
+				 errdetail("Its total would not fit in a bigint."),
+				 errhint("Nothing was changed.  Keep totals within bigint, or add an amount of the opposite sign.")));
+	return (int64) total;
 }
 
 PG_FUNCTION_INFO_V1(counter_incr);
@@ -629,302 +569,4 @@ counter_value(PG_FUNCTION_ARGS)
 
 	CheckCounterPrivilege(entry, ACL_SELECT);
 	PG_RETURN_INT64(VisibleTotal(entry, 0, NULL, NULL));
-}
-
-/* The view's pending column: NULL when memcached cannot be read. */
-PG_FUNCTION_INFO_V1(counter_pending);
-Datum
-counter_pending(PG_FUNCTION_ARGS)
-{
-	int64		amount;
-
-	if (!MemcachedPending(PG_GETARG_INT32(0), &amount))
-		PG_RETURN_NULL();
-	PG_RETURN_INT64(amount);
-}
-
-/*
- * Flush every counter's memcached amount to its shard rows now, in this
- * transaction.  Exact counters are included, in case they were buffered
- * until an alter.  Returns how many counters had an amount to move.
- */
-PG_FUNCTION_INFO_V1(flush_counters);
-Datum
-flush_counters(PG_FUNCTION_ARGS)
-{
-	static SPIPlanPtr plan = NULL;
-	OwnerContext ctx;
-	int			flushed = 0;
-	SPITupleTable *rows;
-	uint64		n;
-
-	PreventCommandIfReadOnly("sharded_seq.flush_counters()");
-	if (!McEnabled())
-		PG_RETURN_INT32(0);
-	BeginAsOwner(&ctx);
-	PreparePlan(&plan, "SELECT id, name FROM sharded_seq.counter_config ORDER BY id", 0, NULL);
-	if (SPI_execute_plan(plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list counters");
-	rows = SPI_tuptable;
-	n = SPI_processed;
-	for (uint64 i = 0; i < n; i++)
-	{
-		bool		isnull;
-		int32		id = DatumGetInt32(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
-		char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 2);
-
-		if (FlushCounter(id, (int32) (CounterSalt % SHARDED_SEQ_MAX_SHARDS), name, true) > 0)
-			flushed++;
-	}
-	EndAsOwner(&ctx);
-	PG_RETURN_INT32(flushed);
-}
-
-/* The view's total: callers need no rights on the counter to list it. */
-PG_FUNCTION_INFO_V1(counter_total);
-Datum
-counter_total(PG_FUNCTION_ARGS)
-{
-	int128		total = CounterSum(PG_GETARG_INT32(0), NULL, NULL, NULL);
-
-	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
-		PG_RETURN_NULL();		/* a listing should not fail on one counter */
-	PG_RETURN_INT64((int64) total);
-}
-
-/* ---- administration ---- */
-
-typedef struct CounterRow
-{
-	int32		id;
-	int32		shards;
-	Oid			owner;
-	Acl		   *acl;
-} CounterRow;
-
-/* Row-lock and return an owned counter (inside SPI, as the owner). */
-static void
-FetchOwnedCounter(Oid caller, const char *name, CounterRow *row)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(name)};
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
-	Datum		acl;
-
-	PreparePlan(&plan,
-				"SELECT id, shards, owner::pg_catalog.oid, acl FROM sharded_seq.counter_config"
-				" WHERE name = $1 FOR UPDATE", 1, argtypes);
-	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read sharded_seq.counter_config");
-	if (SPI_processed == 0)
-		ReportNotFound(KIND_COUNTER, name);
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	row->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
-	row->shards = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-	row->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
-	acl = SPI_getbinval(tup, desc, 4, &isnull);
-	row->acl = isnull ? NULL : DatumGetAclP(acl);
-	CheckOwnership(KIND_COUNTER, name, row->owner, caller);
-}
-
-static void
-ExecOrFail(SPIPlanPtr plan, Datum *args, int expected, const char *what)
-{
-	if (SPI_execute_plan(plan, args, NULL, false, 0) != expected)
-		elog(ERROR, "could not %s", what);
-}
-
-PG_FUNCTION_INFO_V1(create_counter);
-Datum
-create_counter(PG_FUNCTION_ARGS)
-{
-	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
-	int32		shards = PG_ARGISNULL(1) ? DefaultCounterShards : PG_GETARG_INT32(1);
-	char	   *mode;
-	OwnerContext ctx;
-
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("mode must not be null"),
-				 errhint("Leave mode out to create an exact counter.")));
-	mode = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	ValidateShards(shards, KIND_COUNTER);
-	ValidateMode(mode);
-	PreventCommandIfReadOnly("sharded_seq.create_counter()");
-
-	BeginAsOwner(&ctx);
-	if (!InsertCounter(name, shards, mode, ctx.caller, true))
-		ereport(ERROR,
-				(errcode(ERRCODE_DUPLICATE_OBJECT),
-				 errmsg("counter \"%s\" already exists", name),
-				 errhint("Use sharded_seq.alter_counter() to change it, or choose another name.")));
-	EndAsOwner(&ctx);
-	PG_RETURN_VOID();
-}
-
-PG_FUNCTION_INFO_V1(alter_counter);
-Datum
-alter_counter(PG_FUNCTION_ARGS)
-{
-	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
-	static SPIPlanPtr grow_plan = NULL;
-	static SPIPlanPtr shrink_plan = NULL;
-	static SPIPlanPtr fold_plan = NULL;
-	static SPIPlanPtr config_plan = NULL;
-	Oid			types3[3] = {INT4OID, INT4OID, INT4OID};
-	Oid			types2[2] = {INT4OID, INT4OID};
-	OwnerContext ctx;
-	CounterRow	row;
-	int32		shards;
-
-	if (!PG_ARGISNULL(1))
-		ValidateShards(PG_GETARG_INT32(1), KIND_COUNTER);
-	if (!PG_ARGISNULL(2))
-		ValidateMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
-	PreventCommandIfReadOnly("sharded_seq.alter_counter()");
-
-	BeginAsOwner(&ctx);
-	FetchOwnedCounter(ctx.caller, name, &row);
-	shards = PG_ARGISNULL(1) ? row.shards : PG_GETARG_INT32(1);
-	if (!PG_ARGISNULL(2))
-	{
-		static SPIPlanPtr mode_plan = NULL;
-		Oid			mode_types[2] = {INT4OID, TEXTOID};
-		Datum		mode_args[2] = {Int32GetDatum(row.id), PointerGetDatum(PG_GETARG_TEXT_PP(2))};
-
-		/* leaving buffered mode: move what memcached holds into the rows first */
-		if (strcmp(text_to_cstring(PG_GETARG_TEXT_PP(2)), "exact") == 0 && McEnabled() &&
-			FlushCounter(row.id, 0, name, true) < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("could not flush counter \"%s\" before leaving buffered mode", name),
-					 errhint("Check sharded_seq.memcached_servers(), or try again.")));
-		PreparePlan(&mode_plan,
-					"UPDATE sharded_seq.counter_config SET mode = $2, altered_at = pg_catalog.now()"
-					" WHERE id = $1 AND mode <> $2", 2, mode_types);
-		ExecOrFail(mode_plan, mode_args, SPI_OK_UPDATE, "change counter mode");
-		if (SPI_processed > 0)
-			AnnounceConfigChange("counter_config");
-	}
-	if (shards > row.shards)
-	{
-		Datum		args[3] = {Int32GetDatum(row.id), Int32GetDatum(row.shards), Int32GetDatum(shards)};
-
-		PreparePlan(&grow_plan,
-					"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
-					" SELECT $1, g FROM pg_catalog.generate_series($2, $3 - 1) g",
-					3, types3);
-		ExecOrFail(grow_plan, args, SPI_OK_INSERT, "add counter shards");
-	}
-	else if (shards < row.shards)
-	{
-		/* Move the removed shards' values into shard 0, in one transaction. */
-		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
-
-		PreparePlan(&shrink_plan,
-					"WITH gone AS (DELETE FROM sharded_seq.counter_shards"
-					"               WHERE counter_id = $1 AND shard >= $2 RETURNING value)"
-					"UPDATE sharded_seq.counter_shards"
-					"   SET value = (value::pg_catalog.numeric + (SELECT coalesce(pg_catalog.sum(value), 0) FROM gone))::pg_catalog.int8"
-					" WHERE counter_id = $1 AND shard = 0",
-					2, types2);
-		PreparePlan(&fold_plan,
-					"SELECT 1 FROM sharded_seq.counter_shards WHERE counter_id = $1 AND shard >= $2 FOR UPDATE",
-					2, types2);
-		/* lock the removed shards first, so the DELETE sees their final values */
-		ExecOrFail(fold_plan, args, SPI_OK_SELECT, "lock counter shards");
-		ExecOrFail(shrink_plan, args, SPI_OK_UPDATE, "remove counter shards");
-	}
-	if (shards != row.shards)
-	{
-		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
-
-		PreparePlan(&config_plan,
-					"UPDATE sharded_seq.counter_config SET shards = $2, altered_at = pg_catalog.now()"
-					" WHERE id = $1", 2, types2);
-		ExecOrFail(config_plan, args, SPI_OK_UPDATE, "update counter");
-		AnnounceConfigChange("counter_config");
-	}
-	EndAsOwner(&ctx);
-	PG_RETURN_VOID();
-}
-
-PG_FUNCTION_INFO_V1(drop_counter);
-Datum
-drop_counter(PG_FUNCTION_ARGS)
-{
-	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[1] = {INT4OID};
-	OwnerContext ctx;
-	CounterRow	row;
-	Datum		args[1];
-
-	PreventCommandIfReadOnly("sharded_seq.drop_counter()");
-	BeginAsOwner(&ctx);
-	FetchOwnedCounter(ctx.caller, name, &row);
-	args[0] = Int32GetDatum(row.id);
-	ForgetPending(row.id);
-	PreparePlan(&plan,
-				"WITH s AS (DELETE FROM sharded_seq.counter_shards WHERE counter_id = $1)"
-				"DELETE FROM sharded_seq.counter_config WHERE id = $1",
-				1, argtypes);
-	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
-	AnnounceConfigChange("counter_config");
-	EndAsOwner(&ctx);
-	PG_RETURN_VOID();
-}
-
-static void
-ChangeCounterAcl(FunctionCallInfo fcinfo, bool grant)
-{
-	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[2] = {INT4OID, ACLITEMARRAYOID};
-	OwnerContext ctx;
-	CounterRow	row;
-	Datum		args[2];
-	char	   *grantee;
-	char	   *privilege;
-
-	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("grantee and privilege must not be null"),
-				 errhint("Name a role (or 'public') and a privilege: 'select', 'update' or 'all'.")));
-	grantee = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	privilege = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	PreventCommandIfReadOnly("sharded_seq.grant_counter()");
-
-	BeginAsOwner(&ctx);
-	FetchOwnedCounter(ctx.caller, name, &row);
-	args[0] = Int32GetDatum(row.id);
-	args[1] = PointerGetDatum(ChangeAcl(KIND_COUNTER, name, row.owner, row.acl,
-										grantee, privilege, grant));
-	PreparePlan(&plan, "UPDATE sharded_seq.counter_config SET acl = $2 WHERE id = $1",
-				2, argtypes);
-	ExecOrFail(plan, args, SPI_OK_UPDATE, "change counter privileges");
-	AnnounceConfigChange("counter_config");
-	EndAsOwner(&ctx);
-}
-
-PG_FUNCTION_INFO_V1(grant_counter);
-Datum
-grant_counter(PG_FUNCTION_ARGS)
-{
-	ChangeCounterAcl(fcinfo, true);
-	PG_RETURN_VOID();
-}
-
-PG_FUNCTION_INFO_V1(revoke_counter);
-Datum
-revoke_counter(PG_FUNCTION_ARGS)
-{
-	ChangeCounterAcl(fcinfo, false);
-	PG_RETURN_VOID();
 }

@@ -20,6 +20,7 @@
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "common/int.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
@@ -232,6 +233,33 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 	return sum;
 }
 
+/*
+ * Index the new version of a row that a non-HOT update moved, in every
+ * index the table has, as UPDATE does: that includes an index being built
+ * concurrently (CREATE INDEX or REINDEX CONCURRENTLY) and any index an
+ * administrator added.
+ */
+static void
+InsertIndexEntries(Relation rel, HeapTuple newtup)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	TupleTableSlot *slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
+
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, false);
+	ExecStoreHeapTuple(newtup, slot, false);
+	/* update = false: its hint would need a range table, which we lack */
+#if PG_VERSION_NUM >= 160000
+	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL, false);
+#else
+	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL);
+#endif
+	ExecCloseIndices(rri);
+	ExecDropSingleTupleTableSlot(slot);
+	FreeExecutorState(estate);
+}
+
 typedef enum ShardResult
 {
 	SHARD_UPDATED,
@@ -252,8 +280,8 @@ typedef enum ShardResult
  * updates, which no one can prune while snapshot is held.
  */
 static ShardResult
-UpdateShard(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
-			ShardRef *ref, int64 delta, bool wait, Snapshot snapshot)
+UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
+			bool wait, Snapshot snapshot)
 {
 	ItemPointerData tid = ref->tid;
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -271,6 +299,13 @@ UpdateShard(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
 		TM_Result	result;
 		int64		newvalue;
 
+		/*
+		 * A remembered location may lie past the end of a table that VACUUM
+		 * truncated or VACUUM FULL rewrote since; we hold a lock that keeps
+		 * it from shrinking now.
+		 */
+		if (ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rel))
+			return SHARD_GONE;
 		oldtup.t_self = tid;
 		if (!heap_fetch(rel, fetch_snapshot, &oldtup, &buf, true))
 		{
@@ -293,18 +328,7 @@ UpdateShard(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
 		result = heap_update(rel, &tid, newtup, GetCurrentCommandId(true),
 							 InvalidSnapshot, wait, &tmfd, &lockmode);
 		if (result == TM_Ok && !HeapTupleIsHeapOnly(newtup))
-		{
-			/* not a HOT update: the key needs an entry for the new version */
-			TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
-			Datum		ivalues[INDEX_MAX_KEYS];
-			bool		inulls[INDEX_MAX_KEYS];
-
-			ExecStoreHeapTuple(newtup, slot, false);
-			FormIndexDatum(ii, slot, NULL, ivalues, inulls);
-			index_insert(index, ivalues, inulls, &newtup->t_self, rel,
-						 UNIQUE_CHECK_YES, true, ii);
-			ExecDropSingleTupleTableSlot(slot);
-		}
+			InsertIndexEntries(rel, newtup);
 		heap_freetuple(newtup);
 		switch (result)
 		{
@@ -326,8 +350,8 @@ UpdateShard(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
 
 /* Try each shard once, starting with the preferred one. */
 static ShardResult
-TryShards(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
-		  int32 preferred, ShardRef *refs, int n, int64 delta, bool wait)
+TryShards(Relation rel, int32 counter_id, int32 preferred, ShardRef *refs,
+		  int n, int64 delta, bool wait)
 {
 	int			first = 0;
 	ShardResult best = SHARD_GONE;
@@ -337,9 +361,8 @@ TryShards(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
 			first = i;
 	for (int k = 0; k < n; k++)
 	{
-		ShardResult r = UpdateShard(rel, index, ii, counter_id,
-									&refs[(first + k) % n], delta, wait,
-									GetActiveSnapshot());
+		ShardResult r = UpdateShard(rel, counter_id, &refs[(first + k) % n],
+									delta, wait, GetActiveSnapshot());
 
 		if (r == SHARD_UPDATED)
 			return r;
@@ -361,8 +384,6 @@ CounterApply(int32 counter_id, int32 preferred, int64 delta, const char *name,
 			 ShardRef *known, int nknown)
 {
 	Relation	rel;
-	Relation	index;
-	IndexInfo  *ii;
 	ShardRef   *refs = NULL;
 	int			n = 0;
 	ShardResult r = SHARD_GONE;
@@ -370,20 +391,17 @@ CounterApply(int32 counter_id, int32 preferred, int64 delta, const char *name,
 	/* the newest rows: a shard added or removed since our snapshot counts */
 	PushActiveSnapshot(GetLatestSnapshot());
 	rel = table_open(ConfigRelid("counter_shards"), RowExclusiveLock);
-	index = index_open(ConfigRelid("counter_shards_pkey"), RowExclusiveLock);
-	ii = BuildIndexInfo(index);
 
 	if (nknown > 0)
-		r = TryShards(rel, index, ii, counter_id, preferred, known, nknown, delta, false);
+		r = TryShards(rel, counter_id, preferred, known, nknown, delta, false);
 	if (r != SHARD_UPDATED)
 	{
 		(void) ScanShards(rel, counter_id, GetActiveSnapshot(), &refs, &n);
-		r = TryShards(rel, index, ii, counter_id, preferred, refs, n, delta, false);
+		r = TryShards(rel, counter_id, preferred, refs, n, delta, false);
 		if (r == SHARD_BUSY)
-			r = TryShards(rel, index, ii, counter_id, preferred, refs, n, delta, true);
+			r = TryShards(rel, counter_id, preferred, refs, n, delta, true);
 	}
 
-	index_close(index, RowExclusiveLock);
 	table_close(rel, RowExclusiveLock);
 	PopActiveSnapshot();
 	if (r == SHARD_FULL)

@@ -11,11 +11,13 @@
 #include "postgres.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <libmemcached/memcached.h>
 
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "sharded_seq.h"
 
@@ -25,6 +27,10 @@ int			MemcachedPollTimeout = 200;
 
 static memcached_st *Handle = NULL;
 static bool HandleStale = true;
+static TimestampTz LastDown = 0;	/* when a request last found no server */
+
+/* libmemcached skips a failed server for this long before trying it again */
+#define MC_RETRY_SECONDS 1
 
 /* Settings changed: rebuild the handle before its next use (never here). */
 void
@@ -37,6 +43,19 @@ bool
 McEnabled(void)
 {
 	return MemcachedServers != NULL && MemcachedServers[0] != '\0';
+}
+
+/*
+ * Did a request find no server within the retry interval?  Work that
+ * cannot wait for an answer (increments decided at commit) then goes to the
+ * database instead.
+ */
+bool
+McRecentlyDown(void)
+{
+	return LastDown != 0 &&
+		!TimestampDifferenceExceeds(LastDown, GetCurrentTimestamp(),
+									MC_RETRY_SECONDS * 1000);
 }
 
 static memcached_st *
@@ -79,7 +98,7 @@ McHandle(void)
  * did apply (libmemcached even reports some as NOTFOUND), so it is "unknown".
  */
 static McResult
-Classify(memcached_return_t rc)
+ClassifyReturn(memcached_return_t rc)
 {
 	switch (rc)
 	{
@@ -105,18 +124,36 @@ Classify(memcached_return_t rc)
 	}
 }
 
-/* "ss:<system id>:<database>:<suffix>": no two databases share keys. */
+static McResult
+Classify(memcached_return_t rc)
+{
+	McResult	r = ClassifyReturn(rc);
+
+	if (r == MC_DOWN)
+		LastDown = GetCurrentTimestamp();
+	return r;
+}
+
+/*
+ * "ss:<system id>:<database>:<installation>:<suffix>": no two databases,
+ * and no two installations of the extension in one database, share keys.
+ * An installation upgraded from 1.0 (token 0) keeps 1.0's keys.
+ */
 char *
 McKey(const char *fmt,...)
 {
 	char		suffix[200];
 	va_list		args;
+	uint64		token = InstallationToken();
 
 	va_start(args, fmt);
 	vsnprintf(suffix, sizeof(suffix), fmt, args);
 	va_end(args);
-	return psprintf("ss:" UINT64_FORMAT ":%u:%s", GetSystemIdentifier(),
-					MyDatabaseId, suffix);
+	if (token == 0)
+		return psprintf("ss:" UINT64_FORMAT ":%u:%s", GetSystemIdentifier(),
+						MyDatabaseId, suffix);
+	return psprintf("ss:" UINT64_FORMAT ":%u:%" PRIx64 ":%s",
+					GetSystemIdentifier(), MyDatabaseId, (uint64_t) token, suffix);
 }
 
 static McResult

@@ -49,6 +49,7 @@ typedef struct SeqEntry
 
 	/* configuration, valid while loaded_epoch == ConfigEpoch */
 	uint64		loaded_epoch;
+	Oid			config_relid;	/* which installation of the extension */
 	int32		id;
 	int32		generation;
 	int64		base;
@@ -57,13 +58,16 @@ typedef struct SeqEntry
 	int32		shard;			/* this session's shard */
 	Oid			shard_relid;
 	bool		memcached;		/* tier 'memcached' */
+	bool		gen_uncommitted;	/* generation made by this transaction */
 	Oid			owner;
 	Acl		   *acl;			/* in TopMemoryContext, or NULL */
 	Oid			checked_user;	/* user whose USAGE was checked, or 0 */
+	uint64		checked_epoch;	/* PrivilegeEpoch of that check */
 
 	/* this session's block: next .. block_end, from block_generation */
 	bool		have_block;
 	int32		block_generation;
+	int64		block_base;		/* base of that generation */
 	int64		next;
 	int64		block_end;
 
@@ -88,6 +92,8 @@ LoadSequenceConfig(SeqEntry *entry)
 	Datum		args[1];
 	OwnerContext ctx;
 	bool		found = false;
+	uint64		epoch;
+	Oid			config_relid;
 
 	args[0] = CStringGetTextDatum(entry->name);
 	BeginAsOwner(&ctx);
@@ -95,9 +101,22 @@ LoadSequenceConfig(SeqEntry *entry)
 				"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl, c.tier,"
 				"       (SELECT pg_catalog.array_agg(s.relid::pg_catalog.oid ORDER BY s.shard)"
 				"          FROM sharded_seq.sequence_shards s"
-				"         WHERE s.seq_id = c.id AND s.generation = c.generation)"
-				"  FROM sharded_seq.sequence_config c WHERE c.name = $1",
+				"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
+				"           AND s.generation OPERATOR(pg_catalog.=) c.generation),"
+				"       (SELECT s.xmin FROM sharded_seq.sequence_shards s"
+				"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
+				"           AND s.generation OPERATOR(pg_catalog.=) c.generation LIMIT 1)"
+				"  FROM sharded_seq.sequence_config c WHERE c.name OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
+	config_relid = ConfigRelid("sequence_config");
+
+	/*
+	 * The epoch is read before the snapshot is taken.  A change that commits
+	 * after that point is not in the snapshot, but its invalidation moves the
+	 * epoch on, so this load is never taken for current.
+	 */
+	AcceptInvalidationMessages();
+	epoch = ConfigEpoch;
 	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
 							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.sequence_config");
@@ -109,16 +128,33 @@ LoadSequenceConfig(SeqEntry *entry)
 		bool		isnull;
 		int32		id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
 		Datum		acl;
+		Datum		relids_datum;
 		ArrayType  *relids;
 		Datum	   *relid_values;
 		int			nrelids;
+		Datum		shards_xmin;
 
-		if (id != entry->id)
+		relids_datum = SPI_getbinval(tup, desc, 9, &isnull);
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("sharded sequence \"%s\" has no shards", entry->name),
+					 errdetail("Its rows in sharded_seq.sequence_shards are missing."),
+					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
+							 entry->name)));
+		relids = DatumGetArrayTypeP(relids_datum);
+		deconstruct_array(relids, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+						  &relid_values, NULL, &nrelids);
+		shards_xmin = SPI_getbinval(tup, desc, 10, &isnull);
+
+		if (id != entry->id || config_relid != entry->config_relid)
 		{
-			/* new object under this name: forget this session's past */
+			/* another object under this name: forget this session's past */
 			entry->have_block = false;
 			entry->last_valid = false;
+			entry->lease_valid = false;
 		}
+		entry->config_relid = config_relid;
 		entry->id = id;
 		entry->generation = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 		entry->base = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
@@ -130,14 +166,15 @@ LoadSequenceConfig(SeqEntry *entry)
 		acl = SPI_getbinval(tup, desc, 7, &isnull);
 		entry->acl = CopyAcl(acl, isnull);
 		entry->memcached = strcmp(TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull)), "memcached") == 0;
-		relids = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 9, &isnull));
-		if (isnull)
-			elog(ERROR, "sharded sequence \"%s\" has no shards", entry->name);
-		deconstruct_array(relids, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
-						  &relid_values, NULL, &nrelids);
 		if (nrelids != entry->shards)
-			elog(ERROR, "sharded sequence \"%s\" has %d shards, expected %d",
-				 entry->name, nrelids, entry->shards);
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("sharded sequence \"%s\" has %d shards, expected %d",
+							entry->name, nrelids, entry->shards),
+					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
+							 entry->name)));
+		entry->gen_uncommitted =
+			TransactionIdIsCurrentTransactionId(DatumGetTransactionId(shards_xmin));
 		entry->shard = (int32) ((SessionSalt + (uint32) id) % (uint32) entry->shards);
 		entry->shard_relid = DatumGetObjectId(relid_values[entry->shard]);
 		if (entry->generation != entry->block_generation)
@@ -146,7 +183,8 @@ LoadSequenceConfig(SeqEntry *entry)
 		found = true;
 	}
 	EndAsOwner(&ctx);
-	entry->loaded_epoch = ConfigEpoch;
+	/* a name that is gone is looked up again at every call */
+	entry->loaded_epoch = found ? epoch : 0;
 	return found;
 }
 
@@ -172,10 +210,11 @@ LookupSequence(FunctionCallInfo fcinfo)
 	AcceptInvalidationMessages();
 	if (entry->loaded_epoch != ConfigEpoch && !LoadSequenceConfig(entry))
 		ReportNotFound(KIND_SEQUENCE, entry->name);
-	if (entry->checked_user != GetUserId())
+	if (entry->checked_user != GetUserId() || entry->checked_epoch != PrivilegeEpoch)
 	{
 		CheckPrivilege(KIND_SEQUENCE, entry->name, entry->owner, entry->acl, ACL_USAGE);
 		entry->checked_user = GetUserId();
+		entry->checked_epoch = PrivilegeEpoch;
 	}
 	return entry;
 }
@@ -196,6 +235,90 @@ FlushShardReservation(Oid relid)
 	UnlockReleaseBuffer(buf);
 	relation_close(rel, NoLock);
 	XLogFlush(lsn);
+}
+
+/*
+ * A transaction that made a new generation and draws from it may still roll
+ * back, and the older generation then comes back into force with the new
+ * one's shards gone.  Before any value up to last is handed out, advance the
+ * older generations' shards (non-transactionally, like nextval) so that
+ * whatever comes back starts above last.  Generations made by this
+ * transaction are advanced too, down to and including the newest one made
+ * by a committed transaction.  This transaction holds the sequence's draw
+ * lock exclusively (it made the generation), so nobody draws meanwhile.
+ */
+static void
+ProtectOlderGenerations(SeqEntry *entry, int64 last)
+{
+	static SPIPlanPtr list_plan = NULL;
+	static SPIPlanPtr set_plan = NULL;
+	Oid			list_types[2] = {INT4OID, INT4OID};
+	Oid			set_types[2] = {OIDOID, INT8OID};
+	Datum		list_args[2] = {Int32GetDatum(entry->id), Int32GetDatum(entry->generation)};
+	OwnerContext ctx;
+	SPITupleTable *rows;
+	uint64		n;
+	int32		stop_below = PG_INT32_MIN;
+
+	BeginAsOwner(&ctx);
+	PreparePlan(&list_plan,
+				"SELECT s.generation, s.shard, s.relid::pg_catalog.oid, s.gen_base, s.gen_shards,"
+				"       s.gen_block, s.xmin"
+				"  FROM sharded_seq.sequence_shards s"
+				" WHERE s.seq_id OPERATOR(pg_catalog.=) $1 AND s.generation OPERATOR(pg_catalog.<) $2"
+				" ORDER BY s.generation DESC",
+				2, list_types);
+	PreparePlan(&set_plan,
+				"SELECT pg_catalog.setval($1::pg_catalog.regclass, $2, true)"
+				" WHERE COALESCE(pg_catalog.pg_sequence_last_value($1::pg_catalog.regclass), -1)"
+				"       OPERATOR(pg_catalog.<) $2",
+				2, set_types);
+	if (SPI_execute_plan(list_plan, list_args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list the generations of sharded sequence \"%s\"", entry->name);
+	rows = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tup = rows->vals[i];
+		TupleDesc	desc = rows->tupdesc;
+		bool		isnull;
+		bool		no_layout = false;
+		int32		generation = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		int32		shard = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		Oid			relid = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+		int64		base = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+		int32		shards;
+		int32		block;
+		TransactionId xmin;
+		int128		first_index;
+		int128		k_min;
+
+		no_layout |= isnull;
+		shards = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		no_layout |= isnull;
+		block = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+		no_layout |= isnull;
+		xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 7, &isnull));
+
+		if (generation < stop_below)
+			break;
+		if (!TransactionIdIsCurrentTransactionId(xmin))
+			stop_below = generation;	/* committed: the last one that can come back */
+		if (no_layout || shards < 1 || block < 1 || last < base)
+			continue;
+		/* first block index whose start lies above last, then this shard's k */
+		first_index = ((int128) last - base) / block + 1;
+		k_min = first_index <= shard ? 0 : (first_index - shard + shards - 1) / shards;
+		if (k_min > 0 && k_min <= PG_INT64_MAX)
+		{
+			Datum		set_args[2] = {ObjectIdGetDatum(relid), Int64GetDatum((int64) (k_min - 1))};
+
+			if (SPI_execute_plan(set_plan, set_args, NULL, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "could not advance shard %u of sharded sequence \"%s\"",
+					 relid, entry->name);
+		}
+	}
+	EndAsOwner(&ctx);
 }
 
 /*
@@ -229,8 +352,6 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 	k = nextval_internal(entry->shard_relid, false);
 	UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
 
-	FlushShardReservation(entry->shard_relid);
-
 	*first = BlockStart(entry->base, k, entry->shards, entry->shard, entry->block, &overflow);
 	if (overflow)
 		ereport(ERROR,
@@ -240,6 +361,14 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 				 errhint("Move to a new sequence, or lower block and shards with sharded_seq.alter_sequence() if the remaining range is being skipped.")));
 	if (pg_add_s64_overflow(*first, (int64) entry->block - 1, last))
 		*last = PG_INT64_MAX;
+
+	if (entry->gen_uncommitted)
+	{
+		ProtectOlderGenerations(entry, *last);
+		XLogFlush(XactLastRecEnd);
+	}
+	else
+		FlushShardReservation(entry->shard_relid);
 }
 
 static void
@@ -248,7 +377,16 @@ UseRange(SeqEntry *entry, int64 first, int64 last)
 	entry->next = first;
 	entry->block_end = last;
 	entry->block_generation = entry->generation;
+	entry->block_base = entry->base;
 	entry->have_block = true;
+}
+
+/* Does this session hold a block of the generation in force? */
+static bool
+BlockCurrent(SeqEntry *entry)
+{
+	return entry->have_block && entry->block_generation == entry->generation &&
+		entry->block_base == entry->base;
 }
 
 /* Database tier, and the memcached tier's fallback: a block of our own. */
@@ -321,18 +459,37 @@ RebuildLease(SeqEntry *entry, bool have_broken, int64 broken)
 			int64		first;
 			int64		last;
 
+			McResult	added;
+
 			CarveBlock(entry, &first, &last);
 			/* the counter first, then the pointer to it */
-			if (McAdd(LeaseCounterKey(entry, first), 0, 0) == MC_OK &&
-				McSet(LeaseKey(entry), first, 0) == MC_OK)
+			added = McAdd(LeaseCounterKey(entry, first), 0, 0);
+			if (added == MC_OK)
 			{
-				entry->lease_start = first;
-				entry->lease_valid = true;
-				published = true;
-				StatsCount(KIND_SEQUENCE, entry->id, STAT_REBUILDS, 1);
+				McResult	set = McSet(LeaseKey(entry), first, 0);
+
+				if (set == MC_DOWN)
+					UseRange(entry, first, last);	/* nothing was sent: ours alone */
+				else
+				{
+					/*
+					 * Published, or perhaps published (a timeout): others may
+					 * draw from it, so this session draws from it only through
+					 * memcached's counter as well, never directly.
+					 */
+					entry->lease_start = first;
+					entry->lease_valid = true;
+					published = true;
+					if (set == MC_OK)
+						StatsCount(KIND_SEQUENCE, entry->id, STAT_REBUILDS, 1);
+					else
+						StatsCount(KIND_SEQUENCE, entry->id, STAT_ERRORS, 1);
+				}
 			}
+			else if (added == MC_DOWN || added == MC_UNKNOWN)
+				UseRange(entry, first, last);	/* no pointer names it: ours alone */
 			else
-				UseRange(entry, first, last);	/* ours alone: no value is lost */
+				StatsCount(KIND_SEQUENCE, entry->id, STAT_ERRORS, 1);	/* a stale key: nobody uses it */
 		}
 	}
 	PG_FINALLY();
@@ -375,7 +532,7 @@ DrawFromMemcached(SeqEntry *entry)
 			{
 				/* missing, unreadable or behind us: never reuse, replace */
 				if (!RebuildLease(entry, r == MC_OK, current))
-					return entry->have_block && entry->block_generation == entry->generation;
+					return BlockCurrent(entry);
 				continue;
 			}
 		}
@@ -406,7 +563,7 @@ DrawFromMemcached(SeqEntry *entry)
 		/* used up, lost or unreadable: replace it */
 		entry->lease_valid = false;
 		if (!RebuildLease(entry, true, entry->lease_start))
-			return entry->have_block && entry->block_generation == entry->generation;
+			return BlockCurrent(entry);
 	}
 	return false;
 }
@@ -422,10 +579,11 @@ sharded_nextval(PG_FUNCTION_ARGS)
 	PreventCommandIfParallelMode("sharded_nextval()");
 
 	entry = LookupSequence(fcinfo);
-	if (!entry->have_block || entry->block_generation != entry->generation)
+	if (!BlockCurrent(entry))
 	{
 		entry->have_block = false;
-		if (!entry->memcached)
+		/* a generation this transaction made is never published in memcached */
+		if (!entry->memcached || entry->gen_uncommitted)
 			DrawBlock(entry);
 		else if (!McEnabled() || !DrawFromMemcached(entry))
 		{

@@ -70,7 +70,7 @@ GenerationHighWater(int32 seq_id, int32 generation, int64 base, int32 shards,
 	PreparePlan(&plan,
 				"SELECT s.shard, pg_catalog.pg_sequence_last_value(s.relid)"
 				"  FROM sharded_seq.sequence_shards s"
-				" WHERE s.seq_id = $1 AND s.generation = $2",
+				" WHERE s.seq_id OPERATOR(pg_catalog.=) $1 AND s.generation OPERATOR(pg_catalog.=) $2",
 				2, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read shards of sharded sequence %d", seq_id);
@@ -101,29 +101,37 @@ RunSql(const char *sql)
 		elog(ERROR, "could not run \"%s\"", sql);
 }
 
-/* Create the native sequences that hold one generation's shards. */
+/*
+ * Create the native sequences that hold one generation's shards.  Each row
+ * keeps its generation's layout, so that the generation's values can be
+ * computed even after the config row has moved on.
+ */
 static void
-CreateShards(int32 seq_id, int32 generation, int32 shards)
+CreateShards(int32 seq_id, int32 generation, int64 base, int32 shards, int32 block)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[4] = {INT4OID, INT4OID, INT4OID, OIDOID};
+	Oid			argtypes[7] = {INT4OID, INT4OID, INT4OID, OIDOID, INT8OID, INT4OID, INT4OID};
+	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, false);
 
 	PreparePlan(&plan,
-				"INSERT INTO sharded_seq.sequence_shards (seq_id, generation, shard, relid)"
-				" VALUES ($1, $2, $3, $4)", 4, argtypes);
+				"INSERT INTO sharded_seq.sequence_shards"
+				" (seq_id, generation, shard, relid, gen_base, gen_shards, gen_block)"
+				" VALUES ($1, $2, $3, $4, $5, $6, $7)", 7, argtypes);
 	for (int32 i = 0; i < shards; i++)
 	{
 		/* built from integers only: no user text reaches the SQL */
 		char	   *relname = psprintf("seq_%d_g%d_s%d", seq_id, generation, i);
-		Datum		args[4];
+		Datum		args[7];
 
 		RunSql(psprintf("CREATE SEQUENCE %s.%s MINVALUE 0 START 0 NO CYCLE",
 						SHARDED_SEQ_SCHEMA, relname));
 		args[0] = Int32GetDatum(seq_id);
 		args[1] = Int32GetDatum(generation);
 		args[2] = Int32GetDatum(i);
-		args[3] = ObjectIdGetDatum(get_relname_relid(relname,
-													 get_namespace_oid(SHARDED_SEQ_SCHEMA, false)));
+		args[3] = ObjectIdGetDatum(get_relname_relid(relname, namespace));
+		args[4] = Int64GetDatum(base);
+		args[5] = Int32GetDatum(shards);
+		args[6] = Int32GetDatum(block);
 		if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not record shard %d of sharded sequence %d", i, seq_id);
 	}
@@ -145,6 +153,9 @@ LockSequenceDraws(int32 seq_id)
  * Drop the native sequences of dropped sequences and of old generations.
  * Nothing reserves from them any more, but a transaction that reserved from
  * one still holds a lock on it; such shards are left for the next reaping.
+ * So are generations retired by this very transaction: if it rolls back they
+ * are in force again, and a draw from the new generation may first need to
+ * advance them.
  */
 static void
 ReapShards(void)
@@ -156,12 +167,12 @@ ReapShards(void)
 	uint64		n;
 
 	PreparePlan(&list_plan,
-				"SELECT s.relid::pg_catalog.oid FROM sharded_seq.sequence_shards s"
-				"  LEFT JOIN sharded_seq.sequence_config c ON c.id = s.seq_id"
-				" WHERE c.id IS NULL OR s.generation < c.generation",
+				"SELECT s.relid::pg_catalog.oid, c.xmin FROM sharded_seq.sequence_shards s"
+				"  LEFT JOIN sharded_seq.sequence_config c ON c.id OPERATOR(pg_catalog.=) s.seq_id"
+				" WHERE c.id IS NULL OR s.generation OPERATOR(pg_catalog.<) c.generation",
 				0, NULL);
 	PreparePlan(&delete_plan,
-				"DELETE FROM sharded_seq.sequence_shards WHERE relid = $1",
+				"DELETE FROM sharded_seq.sequence_shards WHERE relid OPERATOR(pg_catalog.=) $1",
 				1, del_argtypes);
 	if (SPI_execute_plan(list_plan, NULL, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list retired shards");
@@ -171,9 +182,12 @@ ReapShards(void)
 	{
 		bool		isnull;
 		Oid			relid = DatumGetObjectId(SPI_getbinval(shards->vals[i], shards->tupdesc, 1, &isnull));
+		Datum		retired_by = SPI_getbinval(shards->vals[i], shards->tupdesc, 2, &isnull);
 		Datum		del_args[1] = {ObjectIdGetDatum(relid)};
 		char	   *relname;
 
+		if (!isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(retired_by)))
+			continue;
 		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 			continue;
 		relname = get_rel_name(relid);
@@ -195,7 +209,7 @@ FetchSeqRow(const char *name, SeqRow *row, bool for_update)
 	Datum		args[1] = {CStringGetTextDatum(name)};
 	const char *sql =
 		"SELECT id, generation, base, shards, block, owner::pg_catalog.oid, acl, tier"
-		"  FROM sharded_seq.sequence_config WHERE name = $1";
+		"  FROM sharded_seq.sequence_config WHERE name OPERATOR(pg_catalog.=) $1";
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
@@ -303,20 +317,24 @@ NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 				"UPDATE sharded_seq.sequence_config"
 				"   SET generation = $2, base = $3, shards = $4, block = $5, tier = $6,"
 				"       altered_at = pg_catalog.now()"
-				" WHERE id = $1", 6, update_types);
+				" WHERE id OPERATOR(pg_catalog.=) $1", 6, update_types);
 	if (SPI_execute_plan(update_plan, update_args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update sharded sequence \"%s\"", name);
-	CreateShards(row->id, row->generation + 1, shards);
+	CreateShards(row->id, row->generation + 1, base, shards, block);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
 }
 
-/* Common prologue: refuse read-only transactions, then act as the owner. */
+/*
+ * Common prologue: refuse read-only transactions, act as the owner, and reap
+ * what earlier transactions retired.
+ */
 static void
 BeginAdmin(OwnerContext *ctx)
 {
 	PreventCommandIfReadOnly("sharded_seq administration");
 	BeginAsOwner(ctx);
+	ReapShards();
 }
 
 /* Fetch, check ownership (as the caller) and row-lock a sequence. */
@@ -390,7 +408,7 @@ create_sequence(PG_FUNCTION_ARGS)
 				7, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not create sharded sequence \"%s\"", name);
-	CreateShards(id, 1, shards);
+	CreateShards(id, 1, start, shards, block);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
 	EndAsOwner(&ctx);
@@ -468,7 +486,7 @@ drop_sequence(PG_FUNCTION_ARGS)
 	FetchOwnedSeq(&ctx, name, &row);
 	args[0] = Int32GetDatum(row.id);
 	LockSequenceDraws(row.id);
-	PreparePlan(&plan, "DELETE FROM sharded_seq.sequence_config WHERE id = $1", 1, argtypes);
+	PreparePlan(&plan, "DELETE FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1", 1, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not drop sharded sequence \"%s\"", name);
 	ReapShards();
@@ -494,7 +512,7 @@ ChangeSequenceAcl(FunctionCallInfo fcinfo, bool grant)
 	args[0] = Int32GetDatum(row.id);
 	args[1] = PointerGetDatum(ChangeAcl(KIND_SEQUENCE, name, row.owner, row.acl,
 										grantee, privilege, grant));
-	PreparePlan(&plan, "UPDATE sharded_seq.sequence_config SET acl = $2 WHERE id = $1",
+	PreparePlan(&plan, "UPDATE sharded_seq.sequence_config SET acl = $2 WHERE id OPERATOR(pg_catalog.=) $1",
 				2, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not change privileges of sharded sequence \"%s\"", name);
@@ -533,7 +551,8 @@ sequence_high_water(PG_FUNCTION_ARGS)
 
 	BeginAsOwner(&ctx);
 	PreparePlan(&plan,
-				"SELECT generation, base, shards, block FROM sharded_seq.sequence_config WHERE id = $1",
+				"SELECT generation, base, shards, block FROM sharded_seq.sequence_config"
+				" WHERE id OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.sequence_config");

@@ -38,6 +38,7 @@ extern int	CounterFlushInterval;
 
 /* catalog.c */
 extern uint64 ConfigEpoch;
+extern uint64 PrivilegeEpoch;
 extern void CatalogInit(void);
 extern const char *KindName(ObjectKind kind);
 extern void ValidateName(const char *name, ObjectKind kind);
@@ -51,10 +52,13 @@ typedef struct OwnerContext
 	Oid			caller;			/* whose rights are checked */
 	Oid			saved_user;
 	int			saved_context;
+	int			guc_nest_level; /* search_path pinned for the owner's plans */
 } OwnerContext;
 
 extern void BeginAsOwner(OwnerContext *ctx);
 extern void EndAsOwner(OwnerContext *ctx);
+extern uint64 InstallationToken(void);
+extern bool HasPrivilege(Oid owner, Acl *acl, Oid role, AclMode mode);
 extern void CheckPrivilege(ObjectKind kind, const char *name, Oid owner,
 						   Acl *acl, AclMode mode);
 extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner, Oid role);
@@ -88,6 +92,7 @@ extern int	MemcachedConnectTimeout;
 extern int	MemcachedPollTimeout;
 extern void McSettingsChanged(void);
 extern bool McEnabled(void);
+extern bool McRecentlyDown(void);
 extern char *McKey(const char *fmt,...) pg_attribute_printf(1, 2);
 extern McResult McIncr(const char *key, uint64 delta, uint64 *newvalue);
 extern McResult McDecr(const char *key, uint64 delta, uint64 *newvalue);
@@ -138,6 +143,38 @@ extern bool CounterApply(int32 counter_id, int32 preferred, int64 delta,
 
 /* counter.c */
 extern void CounterInit(void);
+extern void CounterDroppedInXact(int32 counter_id);
+
+/* One counter's net amount at commit (counter.c, counter_memcached.c). */
+typedef struct CommitItem
+{
+	int32		counter_id;
+	int32		shard;
+	const char *name;
+	void	   *entry;			/* the backend's CounterEntry; NULL for a leftover */
+	int128		amount;
+	ShardRef   *known;			/* where the shard rows were last seen */
+	int			nknown;
+	bool		leftover;		/* includes amounts committed earlier */
+} CommitItem;
+
+/* counter_memcached.c: write-behind through memcached (mode 'buffered') */
+extern void BufferInit(void);
+extern void BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
+							  const char *name, int64 *claim_interval);
+extern void BufferAtCommit(void);
+extern void BufferAtAbort(void);
+extern void BufferAtSubXact(bool aborted, SubTransactionId subid,
+							SubTransactionId parent);
+extern bool FlushedInXact(void);
+extern long CountLeftovers(void);
+extern long TakeLeftovers(CommitItem *items, long n);
+extern int64 FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait);
+extern bool MemcachedPending(int32 counter_id, int64 *amount);
+
+/* counter_admin.c */
+extern bool InsertCounter(const char *name, int32 shards, const char *mode,
+						  Oid owner, bool if_not_exists);
 
 /* sequence_admin.c */
 extern int64 GenerationHighWater(int32 seq_id, int32 generation, int64 base,

@@ -97,35 +97,39 @@ StatsShmemRequest(void)
 static StatSlot *
 SharedSlot(ObjectKind kind, int32 id)
 {
+	StatSlot   *found = NULL;
 	StatSlot   *free_slot = NULL;
 
-	for (int pass = 0; pass < 2; pass++)
+	/* the common case, without the lock: a slot claimed earlier */
+	for (int i = 0; i < STATS_SLOTS; i++)
 	{
-		for (int i = 0; i < STATS_SLOTS; i++)
-		{
-			StatSlot   *s = &Shared->slots[i];
+		StatSlot   *s = &Shared->slots[i];
 
-			if (s->dbid == MyDatabaseId && s->kind == (int32) kind && s->id == id)
-				return s;
-			if (s->dbid == InvalidOid && free_slot == NULL)
-				free_slot = s;
-		}
-		if (pass == 0)
-		{
-			/* claim a slot under the lock, looking again first */
-			LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-			free_slot = NULL;
-		}
+		if (s->dbid == MyDatabaseId && s->kind == (int32) kind && s->id == id)
+			return s;
 	}
-	if (free_slot)
+
+	/* claim a slot under the lock, looking again first */
+	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < STATS_SLOTS && found == NULL; i++)
+	{
+		StatSlot   *s = &Shared->slots[i];
+
+		if (s->dbid == MyDatabaseId && s->kind == (int32) kind && s->id == id)
+			found = s;
+		else if (s->dbid == InvalidOid && free_slot == NULL)
+			free_slot = s;
+	}
+	if (found == NULL && free_slot != NULL)
 	{
 		free_slot->kind = (int32) kind;
 		free_slot->id = id;
 		pg_write_barrier();
 		free_slot->dbid = MyDatabaseId;
+		found = free_slot;
 	}
 	LWLockRelease(Shared->lock);
-	return free_slot;			/* NULL when full: the event goes uncounted */
+	return found;				/* NULL when full: the event goes uncounted */
 }
 
 void

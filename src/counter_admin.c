@@ -1,0 +1,399 @@
+/*
+ * counter_admin.c
+ *	  Administration of counters: create, alter (shards and mode, online),
+ *	  drop, grant and revoke, flush_counters, and the functions behind the
+ *	  counters view.
+ *
+ * Each function acts as the extension owner inside SPI (catalog.c), after
+ * checking the caller's rights on the counter itself.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+
+#include "sharded_seq.h"
+
+static void
+ValidateMode(const char *mode)
+{
+	if (strcmp(mode, "exact") == 0 || strcmp(mode, "buffered") == 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown counter mode \"%s\"", mode),
+			 errhint("mode must be 'exact' or 'buffered'.")));
+}
+
+/* Insert a counter and its shard rows (inside SPI, as the owner). */
+bool
+InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
+			  bool if_not_exists)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_ine = NULL;
+	static SPIPlanPtr shards_plan = NULL;
+	Oid			argtypes[5] = {INT4OID, TEXTOID, INT4OID, TEXTOID, OIDOID};
+	Datum		args[5];
+	Oid			shard_types[2] = {INT4OID, INT4OID};
+	Datum		shard_args[2];
+	const char *sql =
+		"INSERT INTO sharded_seq.counter_config (id, name, shards, mode, owner)"
+		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
+	int32		id = NextObjectId();
+
+	args[0] = Int32GetDatum(id);
+	args[1] = CStringGetTextDatum(name);
+	args[2] = Int32GetDatum(shards);
+	args[3] = CStringGetTextDatum(mode);
+	args[4] = ObjectIdGetDatum(owner);
+	if (if_not_exists)
+		PreparePlan(&plan_ine, psprintf("%s ON CONFLICT (name) DO NOTHING", sql), 5, argtypes);
+	else
+		PreparePlan(&plan, sql, 5, argtypes);
+	if (SPI_execute_plan(if_not_exists ? plan_ine : plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not create counter \"%s\"", name);
+	if (SPI_processed == 0)
+		return false;			/* someone else created it first */
+
+	shard_args[0] = Int32GetDatum(id);
+	shard_args[1] = Int32GetDatum(shards);
+	PreparePlan(&shards_plan,
+				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
+				" SELECT $1, g FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
+				2, shard_types);
+	if (SPI_execute_plan(shards_plan, shard_args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not create shards of counter \"%s\"", name);
+	AnnounceConfigChange("counter_config");
+	return true;
+}
+
+typedef struct CounterRow
+{
+	int32		id;
+	int32		shards;
+	Oid			owner;
+	Acl		   *acl;
+} CounterRow;
+
+/* Row-lock and return an owned counter (inside SPI, as the owner). */
+static void
+FetchOwnedCounter(Oid caller, const char *name, CounterRow *row)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		acl;
+
+	PreparePlan(&plan,
+				"SELECT id, shards, owner::pg_catalog.oid, acl FROM sharded_seq.counter_config"
+				" WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE", 1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.counter_config");
+	if (SPI_processed == 0)
+		ReportNotFound(KIND_COUNTER, name);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	row->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+	row->shards = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+	row->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+	acl = SPI_getbinval(tup, desc, 4, &isnull);
+	row->acl = isnull ? NULL : DatumGetAclP(acl);
+	CheckOwnership(KIND_COUNTER, name, row->owner, caller);
+}
+
+/*
+ * Wait for transactions that are handing this counter's amounts to
+ * memcached at commit, and keep new ones out until this transaction ends.
+ */
+static void
+LockCounterCommits(int32 counter_id)
+{
+	LockDatabaseObject(ConfigRelid("counter_config"), counter_id, 0, ExclusiveLock);
+}
+
+static void
+ExecOrFail(SPIPlanPtr plan, Datum *args, int expected, const char *what)
+{
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != expected)
+		elog(ERROR, "could not %s", what);
+}
+
+PG_FUNCTION_INFO_V1(create_counter);
+Datum
+create_counter(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	int32		shards = PG_ARGISNULL(1) ? DefaultCounterShards : PG_GETARG_INT32(1);
+	char	   *mode;
+	OwnerContext ctx;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("mode must not be null"),
+				 errhint("Leave mode out to create an exact counter.")));
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	ValidateShards(shards, KIND_COUNTER);
+	ValidateMode(mode);
+	PreventCommandIfReadOnly("sharded_seq.create_counter()");
+
+	BeginAsOwner(&ctx);
+	if (!InsertCounter(name, shards, mode, ctx.caller, true))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("counter \"%s\" already exists", name),
+				 errhint("Use sharded_seq.alter_counter() to change it, or choose another name.")));
+	EndAsOwner(&ctx);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(alter_counter);
+Datum
+alter_counter(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	static SPIPlanPtr grow_plan = NULL;
+	static SPIPlanPtr shrink_plan = NULL;
+	static SPIPlanPtr fold_plan = NULL;
+	static SPIPlanPtr config_plan = NULL;
+	Oid			types3[3] = {INT4OID, INT4OID, INT4OID};
+	Oid			types2[2] = {INT4OID, INT4OID};
+	OwnerContext ctx;
+	CounterRow	row;
+	int32		shards;
+
+	if (!PG_ARGISNULL(1))
+		ValidateShards(PG_GETARG_INT32(1), KIND_COUNTER);
+	if (!PG_ARGISNULL(2))
+		ValidateMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	PreventCommandIfReadOnly("sharded_seq.alter_counter()");
+
+	BeginAsOwner(&ctx);
+	FetchOwnedCounter(ctx.caller, name, &row);
+	shards = PG_ARGISNULL(1) ? row.shards : PG_GETARG_INT32(1);
+	if (!PG_ARGISNULL(2))
+	{
+		static SPIPlanPtr mode_plan = NULL;
+		Oid			mode_types[2] = {INT4OID, TEXTOID};
+		Datum		mode_args[2] = {Int32GetDatum(row.id), PointerGetDatum(PG_GETARG_TEXT_PP(2))};
+
+		/*
+		 * Leaving buffered mode: once no commit can still add to memcached,
+		 * move what it holds into the rows.
+		 */
+		if (strcmp(text_to_cstring(PG_GETARG_TEXT_PP(2)), "exact") == 0)
+			LockCounterCommits(row.id);
+		if (strcmp(text_to_cstring(PG_GETARG_TEXT_PP(2)), "exact") == 0 && McEnabled() &&
+			FlushCounter(row.id, 0, name, true) < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not flush counter \"%s\" before leaving buffered mode", name),
+					 errhint("Check sharded_seq.memcached_servers(), or try again.")));
+		PreparePlan(&mode_plan,
+					"UPDATE sharded_seq.counter_config SET mode = $2, altered_at = pg_catalog.now()"
+					" WHERE id OPERATOR(pg_catalog.=) $1 AND mode OPERATOR(pg_catalog.<>) $2",
+					2, mode_types);
+		ExecOrFail(mode_plan, mode_args, SPI_OK_UPDATE, "change counter mode");
+		if (SPI_processed > 0)
+			AnnounceConfigChange("counter_config");
+	}
+	if (shards > row.shards)
+	{
+		Datum		args[3] = {Int32GetDatum(row.id), Int32GetDatum(row.shards), Int32GetDatum(shards)};
+
+		PreparePlan(&grow_plan,
+					"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
+					" SELECT $1, g FROM pg_catalog.generate_series($2, $3 OPERATOR(pg_catalog.-) 1) g",
+					3, types3);
+		ExecOrFail(grow_plan, args, SPI_OK_INSERT, "add counter shards");
+	}
+	else if (shards < row.shards)
+	{
+		/* Move the removed shards' values into shard 0, in one transaction. */
+		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
+
+		PreparePlan(&shrink_plan,
+					"WITH gone AS (DELETE FROM sharded_seq.counter_shards"
+					"               WHERE counter_id OPERATOR(pg_catalog.=) $1"
+					"                 AND shard OPERATOR(pg_catalog.>=) $2 RETURNING value)"
+					"UPDATE sharded_seq.counter_shards"
+					"   SET value = (value::pg_catalog.numeric OPERATOR(pg_catalog.+)"
+					"                (SELECT COALESCE(pg_catalog.sum(value), 0::pg_catalog.numeric) FROM gone))::pg_catalog.int8"
+					" WHERE counter_id OPERATOR(pg_catalog.=) $1 AND shard OPERATOR(pg_catalog.=) 0",
+					2, types2);
+		PreparePlan(&fold_plan,
+					"SELECT 1 FROM sharded_seq.counter_shards"
+					" WHERE counter_id OPERATOR(pg_catalog.=) $1 AND shard OPERATOR(pg_catalog.>=) $2 FOR UPDATE",
+					2, types2);
+		/* lock the removed shards first, so the DELETE sees their final values */
+		ExecOrFail(fold_plan, args, SPI_OK_SELECT, "lock counter shards");
+		ExecOrFail(shrink_plan, args, SPI_OK_UPDATE, "remove counter shards");
+	}
+	if (shards != row.shards)
+	{
+		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
+
+		PreparePlan(&config_plan,
+					"UPDATE sharded_seq.counter_config SET shards = $2, altered_at = pg_catalog.now()"
+					" WHERE id OPERATOR(pg_catalog.=) $1", 2, types2);
+		ExecOrFail(config_plan, args, SPI_OK_UPDATE, "update counter");
+		AnnounceConfigChange("counter_config");
+	}
+	EndAsOwner(&ctx);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(drop_counter);
+Datum
+drop_counter(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	OwnerContext ctx;
+	CounterRow	row;
+	Datum		args[1];
+
+	PreventCommandIfReadOnly("sharded_seq.drop_counter()");
+	BeginAsOwner(&ctx);
+	FetchOwnedCounter(ctx.caller, name, &row);
+	args[0] = Int32GetDatum(row.id);
+	LockCounterCommits(row.id);
+	CounterDroppedInXact(row.id);
+	PreparePlan(&plan,
+				"WITH s AS (DELETE FROM sharded_seq.counter_shards WHERE counter_id OPERATOR(pg_catalog.=) $1)"
+				"DELETE FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1",
+				1, argtypes);
+	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
+	AnnounceConfigChange("counter_config");
+	EndAsOwner(&ctx);
+	PG_RETURN_VOID();
+}
+
+static void
+ChangeCounterAcl(FunctionCallInfo fcinfo, bool grant)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, ACLITEMARRAYOID};
+	OwnerContext ctx;
+	CounterRow	row;
+	Datum		args[2];
+	char	   *grantee;
+	char	   *privilege;
+
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("grantee and privilege must not be null"),
+				 errhint("Name a role (or 'public') and a privilege: 'select', 'update' or 'all'.")));
+	grantee = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	privilege = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	PreventCommandIfReadOnly("sharded_seq.grant_counter()");
+
+	BeginAsOwner(&ctx);
+	FetchOwnedCounter(ctx.caller, name, &row);
+	args[0] = Int32GetDatum(row.id);
+	args[1] = PointerGetDatum(ChangeAcl(KIND_COUNTER, name, row.owner, row.acl,
+										grantee, privilege, grant));
+	PreparePlan(&plan, "UPDATE sharded_seq.counter_config SET acl = $2 WHERE id OPERATOR(pg_catalog.=) $1",
+				2, argtypes);
+	ExecOrFail(plan, args, SPI_OK_UPDATE, "change counter privileges");
+	AnnounceConfigChange("counter_config");
+	EndAsOwner(&ctx);
+}
+
+PG_FUNCTION_INFO_V1(grant_counter);
+Datum
+grant_counter(PG_FUNCTION_ARGS)
+{
+	ChangeCounterAcl(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(revoke_counter);
+Datum
+revoke_counter(PG_FUNCTION_ARGS)
+{
+	ChangeCounterAcl(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+/* The view's pending column: NULL when memcached cannot be read. */
+PG_FUNCTION_INFO_V1(counter_pending);
+Datum
+counter_pending(PG_FUNCTION_ARGS)
+{
+	int64		amount;
+
+	if (!MemcachedPending(PG_GETARG_INT32(0), &amount))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(amount);
+}
+
+/*
+ * Flush, now and in this transaction, every counter's memcached amount that
+ * the caller may increment.  Exact counters are included, in case they were
+ * buffered until an alter.  Returns how many counters had an amount to move.
+ */
+PG_FUNCTION_INFO_V1(flush_counters);
+Datum
+flush_counters(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	OwnerContext ctx;
+	int			flushed = 0;
+	SPITupleTable *rows;
+	uint64		n;
+
+	PreventCommandIfReadOnly("sharded_seq.flush_counters()");
+	if (!McEnabled())
+		PG_RETURN_INT32(0);
+	BeginAsOwner(&ctx);
+	PreparePlan(&plan,
+				"SELECT id, name, owner::pg_catalog.oid, acl FROM sharded_seq.counter_config ORDER BY id",
+				0, NULL);
+	if (SPI_execute_plan(plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list counters");
+	rows = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		int32		id = DatumGetInt32(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
+		char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 2);
+		Oid			owner = DatumGetObjectId(SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull));
+		Datum		acl = SPI_getbinval(rows->vals[i], rows->tupdesc, 4, &isnull);
+
+		/* a flush moves amounts between tiers: only for those who may increment */
+		if (!HasPrivilege(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller, ACL_UPDATE))
+			continue;
+		if (FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, true) > 0)
+			flushed++;
+	}
+	EndAsOwner(&ctx);
+	PG_RETURN_INT32(flushed);
+}
+
+/* The view's total: callers need no rights on the counter to list it. */
+PG_FUNCTION_INFO_V1(counter_total);
+Datum
+counter_total(PG_FUNCTION_ARGS)
+{
+	int128		total = CounterSum(PG_GETARG_INT32(0), NULL, NULL, NULL);
+
+	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
+		PG_RETURN_NULL();		/* a listing should not fail on one counter */
+	PG_RETURN_INT64((int64) total);
+}
+
