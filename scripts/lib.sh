@@ -2,7 +2,7 @@
 # servers on loopback.  Source it; it works as root (the cluster then runs as
 # the postgres user, because PostgreSQL refuses root) and as a normal user.
 
-PGBIN="$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)"
+PGBIN="${PGBIN:-$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}"
 ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Run a command as the user that owns the clusters.
@@ -36,6 +36,7 @@ port = $PGPORT
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$dir'
 max_connections = 100
+max_prepared_transactions = 10
 shared_buffers = 256MB
 # A long WAL writer delay keeps unflushed WAL in memory for longer, so a
 # crash test would catch a reservation handed out before its WAL was flushed.
@@ -139,3 +140,44 @@ sessions_cut_off() {
     echo "RESULT $1: $n of $2 sessions were cut off by the crash"
     [ "$n" = "$2" ] || { echo "the crash came after the load ended: test is void"; return 1; }
 }
+
+# Interactive sessions for ordering statements across sessions by hand:
+# session_open NAME [DB] starts a psql fed through a fifo (application_name
+# NAME, errors with their SQLSTATE in $WORK/NAME.err), session_send NAME SQL
+# sends SQL, session_sync NAME waits until everything sent has run (it works
+# in an aborted transaction too), session_close NAME ends it.
+session_open() {
+    local name="$1" db="${2:-stress}" fd
+    rm -f "$WORK/$name.fifo"
+    mkfifo "$WORK/$name.fifo"
+    # the other sessions' fifo ends are closed in this psql, or they would
+    # never see end of input
+    (
+        for v in ${!SESSION_FD_*}; do eval "exec ${!v}>&-"; done
+        PGAPPNAME="$name" exec psql -X -q -A -t -v ON_ERROR_STOP=0 -v VERBOSITY=verbose -d "$db" \
+            <"$WORK/$name.fifo" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    ) &
+    eval "SESSION_PID_$name=$!"
+    exec {fd}>"$WORK/$name.fifo"
+    eval "SESSION_FD_$name=$fd"
+}
+session_send() { local fd; eval "fd=\$SESSION_FD_$1"; printf '%s\n' "$2" >&"$fd"; }
+session_sync() {
+    local marker="sync-$RANDOM-$RANDOM"
+    session_send "$1" "\\echo $marker"
+    for _ in $(seq 1 600); do
+        grep -q -- "$marker" "$WORK/$1.out" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "session $1 did not answer"; return 1
+}
+session_close() {
+    local fd pid
+    eval "fd=\$SESSION_FD_$1; pid=\$SESSION_PID_$1"
+    printf '\\q\n' >&"$fd"
+    eval "exec $fd>&-"
+    unset "SESSION_FD_$1"
+    wait "$pid" 2>/dev/null || true
+}
+# session_errors NAME: the SQLSTATEs of the errors NAME got so far, one a line
+session_errors() { sed -n 's/^.*ERROR: *\([0-9A-Z]\{5\}\):.*$/\1/p' "$WORK/$1.err"; }

@@ -199,6 +199,16 @@ ConfigRelid(const char *relname)
 	return relid;
 }
 
+/*
+ * Does sequence_shards keep each generation's layout (schema 1.1)?  A newer
+ * library may run against an older schema until ALTER EXTENSION UPDATE.
+ */
+bool
+ShardLayoutsStored(void)
+{
+	return get_attnum(ConfigRelid("sequence_shards"), "gen_base") != InvalidAttrNumber;
+}
+
 /* The role that owns the extension's tables, which the admin code acts as. */
 Oid
 ExtensionOwner(void)
@@ -262,13 +272,21 @@ InstallationToken(void)
 {
 	if (!cached_token_valid)
 	{
-		Relation	rel = table_open(ConfigRelid("installation"), AccessShareLock);
-		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-		TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
-		HeapTuple	tup = heap_getnext(scan, ForwardScanDirection);
+		Oid			relid = get_relname_relid("installation", ConfigNamespace());
+		Relation	rel;
+		Snapshot	snapshot;
+		TableScanDesc scan;
+		HeapTuple	tup;
 		bool		isnull = true;
 		Datum		token = 0;
 
+		/* schema 1.0, not updated yet: 1.0's keys */
+		if (!OidIsValid(relid))
+			return 0;
+		rel = table_open(relid, AccessShareLock);
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		scan = table_beginscan(rel, snapshot, 0, NULL);
+		tup = heap_getnext(scan, ForwardScanDirection);
 		if (HeapTupleIsValid(tup))
 			token = heap_getattr(tup, 1, RelationGetDescr(rel), &isnull);
 		table_endscan(scan);

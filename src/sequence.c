@@ -260,6 +260,9 @@ ProtectOlderGenerations(SeqEntry *entry, int64 last)
 	uint64		n;
 	int32		stop_below = PG_INT32_MIN;
 
+	/* schema 1.0 keeps no layouts: ALTER EXTENSION sharded_seq UPDATE adds them */
+	if (!ShardLayoutsStored())
+		return;
 	BeginAsOwner(&ctx);
 	PreparePlan(&list_plan,
 				"SELECT s.generation, s.shard, s.relid::pg_catalog.oid, s.gen_base, s.gen_shards,"

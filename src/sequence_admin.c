@@ -110,13 +110,20 @@ static void
 CreateShards(int32 seq_id, int32 generation, int64 base, int32 shards, int32 block)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_10 = NULL;
 	Oid			argtypes[7] = {INT4OID, INT4OID, INT4OID, OIDOID, INT8OID, INT4OID, INT4OID};
 	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, false);
+	bool		layouts = ShardLayoutsStored();
 
-	PreparePlan(&plan,
-				"INSERT INTO sharded_seq.sequence_shards"
-				" (seq_id, generation, shard, relid, gen_base, gen_shards, gen_block)"
-				" VALUES ($1, $2, $3, $4, $5, $6, $7)", 7, argtypes);
+	if (layouts)
+		PreparePlan(&plan,
+					"INSERT INTO sharded_seq.sequence_shards"
+					" (seq_id, generation, shard, relid, gen_base, gen_shards, gen_block)"
+					" VALUES ($1, $2, $3, $4, $5, $6, $7)", 7, argtypes);
+	else
+		PreparePlan(&plan_10,
+					"INSERT INTO sharded_seq.sequence_shards (seq_id, generation, shard, relid)"
+					" VALUES ($1, $2, $3, $4)", 4, argtypes);
 	for (int32 i = 0; i < shards; i++)
 	{
 		/* built from integers only: no user text reaches the SQL */
@@ -132,7 +139,7 @@ CreateShards(int32 seq_id, int32 generation, int64 base, int32 shards, int32 blo
 		args[4] = Int64GetDatum(base);
 		args[5] = Int32GetDatum(shards);
 		args[6] = Int32GetDatum(block);
-		if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		if (SPI_execute_plan(layouts ? plan : plan_10, args, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not record shard %d of sharded sequence %d", i, seq_id);
 	}
 }

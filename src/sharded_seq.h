@@ -47,6 +47,7 @@ extern void ValidateShards(int shards, ObjectKind kind);
 extern void ValidateBlock(int block);
 extern Oid	ExtensionOwner(void);
 extern Oid	ConfigRelid(const char *relname);
+extern bool ShardLayoutsStored(void);
 typedef struct OwnerContext
 {
 	Oid			caller;			/* whose rights are checked */

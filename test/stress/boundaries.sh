@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# Transaction boundaries that pgTAP cannot reach: a real memcached (and a
+# proxy that delays its replies), statements ordered across sessions that
+# end their own transactions, and tables that VACUUM FULL really shrinks.
+#   1. VACUUM FULL and CLUSTER move rows a transaction remembered (commit works).
+#   2. mode 'buffered': nothing reaches memcached unless the commit is final
+#      (a later pre-commit failure, SERIALIZABLE at commit, ROLLBACK PREPARED);
+#      flushes in rolled-back savepoints give back; PREPARE after a flush is
+#      refused; flush_counters() needs rights; alter to 'exact' strands nothing.
+#   3. a lease published with a timed-out set is never used outside memcached.
+#   4. DROP and CREATE EXTENSION: no memcached key of the old install is read.
+#   5. first commits to fresh buffered counters race: nothing dropped, and
+#      the shared statistics never leave their lock held.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/../../scripts/lib.sh"
+WORK="$(mktemp -d /tmp/ss_bound.XXXXXX)"
+chmod 755 "$WORK"
+PROXY_PID=""
+trap '[ -n "$PROXY_PID" ] && kill $PROXY_PID 2>/dev/null; memcached_kill KILL; cluster_destroy >/dev/null 2>&1; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
+MC_PORT="$(free_port)"
+PROXY_PORT="$(free_port)"
+memcached_start "$MC_PORT"
+cluster_create "$WORK/pg"
+cat >>"$PGDATA/postgresql.conf" <<CONF
+shared_preload_libraries = 'sharded_seq'
+sharded_seq.memcached_servers = '127.0.0.1:$MC_PORT'
+sharded_seq.counter_flush_interval = 3600
+CONF
+cluster_start
+db_create stress
+
+fail() { echo "FAILED: $*"; exit 1; }
+ok() { echo "RESULT ok: $*"; }
+q() { psql -qXAt -d "${DB:-stress}" -c "$1"; }
+expect() {  # expect DESCRIPTION ACTUAL WANTED
+    [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
+    ok "$1 ($2)"
+}
+errors_of() { session_errors "$1" | tr '\n' ' ' | sed 's/ $//'; }
+# ONLY="2 4" runs just those parts (each part stands alone)
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
+if want 1; then
+echo "== 1. VACUUM FULL and CLUSTER under a transaction that remembered rows"
+for how in "VACUUM FULL sharded_seq.counter_shards" \
+           "CLUSTER sharded_seq.counter_shards USING counter_shards_pkey"; do
+    q "SELECT count(sharded_seq.create_counter('filler_' || g, shards => 16)) FROM generate_series(1, 300) g" >/dev/null
+    q "SELECT sharded_seq.create_counter('far', shards => 2)" >/dev/null
+    q "SELECT count(sharded_seq.drop_counter('filler_' || g)) FROM generate_series(1, 300) g" >/dev/null
+    before=$(q "SELECT pg_relation_size('sharded_seq.counter_shards') / 8192")
+    session_open A
+    session_send A "BEGIN; SELECT counter_incr('far', 2);"
+    session_sync A
+    q "$how"
+    after=$(q "SELECT pg_relation_size('sharded_seq.counter_shards') / 8192")
+    [ "$after" -lt "$before" ] || fail "$how did not shrink the table ($before -> $after pages): test is void"
+    session_send A "COMMIT;"
+    session_sync A
+    session_close A
+    expect "${how%% *} shrank the table ($before -> $after pages), then the commit: errors" "$(errors_of A)" ""
+    expect "... and the increment counts" "$(q "SELECT counter_value('far')")" 2
+    q "SELECT sharded_seq.drop_counter('far')" >/dev/null
+done
+fi
+
+if want 2; then
+echo "== 2. write-behind through memcached at transaction boundaries"
+q "SELECT sharded_seq.create_counter('bA', shards => 4, mode => 'buffered')" >/dev/null
+for _ in 1 2 3; do q "SELECT counter_incr('bA', 10)" >/dev/null; done
+total() { q "SELECT counter_value('bA')"; }
+pending() { q "SELECT pending FROM sharded_seq.counters WHERE name = 'bA'"; }
+expect "three committed increments count" "$(total)" 30
+P0=$(pending)
+[ "$P0" -gt 0 ] || fail "nothing waits in memcached: test is void"
+
+# a pre-commit step after the buffered increment fails
+q "SELECT sharded_seq.create_counter('eVictim')" >/dev/null
+session_open A
+session_send A "BEGIN; SELECT counter_incr('bA', 5); SELECT counter_incr('eVictim', 1);"
+session_sync A
+q "SELECT sharded_seq.drop_counter('eVictim')" >/dev/null
+session_send A "COMMIT;"
+session_sync A
+expect "a commit that fails after its buffered increment was applied: error" "$(errors_of A)" 42704
+expect "... and the buffered increment does not count" "$(total)" 30
+
+# SERIALIZABLE: the commit fails after the pre-commit callbacks
+q "CREATE TABLE skew (k int PRIMARY KEY, v int); INSERT INTO skew VALUES (1, 0), (2, 0)"
+session_open B
+session_send A "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT sum(v) FROM skew; UPDATE skew SET v = 1 WHERE k = 1;"
+session_send B "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT sum(v) FROM skew; UPDATE skew SET v = 1 WHERE k = 2; SELECT counter_incr('bA', 5);"
+session_sync A; session_sync B
+session_send A "COMMIT;"; session_sync A
+session_send B "COMMIT;"; session_sync B
+expect "write skew: the second SERIALIZABLE commit fails" "$(errors_of B)" 40001
+expect "... and its buffered increment does not count" "$(total)" 30
+
+# two-phase commit
+session_send A "BEGIN; SELECT counter_incr('bA', 7); PREPARE TRANSACTION 'bp1';"
+session_sync A
+q "ROLLBACK PREPARED 'bp1'"
+expect "ROLLBACK PREPARED: the buffered increment does not count" "$(total)" 30
+session_send A "BEGIN; SELECT counter_incr('bA', 7); PREPARE TRANSACTION 'bp2';"
+session_sync A
+q "COMMIT PREPARED 'bp2'"
+expect "COMMIT PREPARED: it counts, once" "$(total)" 37
+
+# flushes that are undone give back what they took
+session_send A "BEGIN; SAVEPOINT s; SELECT sharded_seq.flush_counters(); ROLLBACK TO SAVEPOINT s; COMMIT;"
+session_sync A
+expect "a flush in a rolled-back savepoint loses nothing" "$(total)" 37
+expect "... the amount is back in memcached" "$(pending)" "$P0"
+before_errors="$(errors_of A)"
+session_send A "BEGIN; SELECT sharded_seq.flush_counters(); PREPARE TRANSACTION 'bp3';"
+session_sync A
+[ "$(errors_of A)" = "$(echo $before_errors 0A000)" ] || {
+    q "ROLLBACK PREPARED 'bp3'" >/dev/null 2>&1 || true
+    fail "PREPARE after a flush was not refused (errors: $(errors_of A))"
+}
+ok "PREPARE after a flush is refused with 0A000"
+expect "... and nothing is lost" "$(total)" 37
+
+# flush_counters needs the right to increment
+q "CREATE ROLE thief LOGIN"
+flushed=$(psql -qXAt -U thief -d stress -c "BEGIN" -c "SAVEPOINT s" -c "SELECT sharded_seq.flush_counters()" -c "ROLLBACK TO SAVEPOINT s" -c "COMMIT" | head -1)
+expect "a role without rights on a counter flushes nothing" "$flushed" 0
+expect "... and takes nothing from it" "$(total)" 37
+expect "... whose amount still waits in memcached" "$(pending)" "$P0"
+
+# a transaction that incremented while buffered commits after alter to exact
+session_send A "BEGIN; SELECT counter_incr('bA', 3);"
+session_sync A
+q "SELECT sharded_seq.alter_counter('bA', mode => 'exact')" >/dev/null
+session_send A "COMMIT;"
+session_sync A
+session_close A; session_close B
+expect "an increment made while buffered and committed after alter to exact counts" "$(total)" 40
+expect "... and nothing is stranded in memcached" "$(q "SELECT sharded_seq.flush_counters()")" 0
+fi
+
+if want 3; then
+echo "== 3. a lease whose publication timed out"
+python3 "$HERE/mcproxy.py" "$PROXY_PORT" "$MC_PORT" 400 1 &
+PROXY_PID=$!
+sleep 0.5
+q "SELECT sharded_seq.create_sequence('mp', tier => 'memcached', block => 300)" >/dev/null
+gen() {  # gen NAME SESSION: draws through the proxy, whose SET replies come late
+    echo "SET sharded_seq.memcached_servers = '127.0.0.1:$PROXY_PORT';"
+    for _ in $(seq 1 150); do echo "SELECT sharded_nextval('mp') FROM generate_series(1, 20);"; done
+}
+run_sessions stress mp 4 gen
+wait_sessions
+kill $PROXY_PID 2>/dev/null || true; PROXY_PID=""
+cat "$WORK"/mp.*.err | grep . && fail "a session saw an error"
+python3 "$HERE/check_values.py" "$WORK"/mp.*.out
+expect "memcached served values while lease publications timed out (hits > 0, errors > 0)" \
+    "$(q "SELECT hits > 0 AND errors > 0 FROM sharded_seq.memcached_stats WHERE name = 'mp'")" t
+[ "$(cat "$WORK"/mp.*.out | wc -l)" = 12000 ] || fail "not every draw returned a value"
+ok "12000 values drawn while every lease publication timed out"
+fi
+
+if want 4; then
+echo "== 4. DROP and CREATE EXTENSION with keys of the old install in memcached"
+psql -qX -d postgres -c "CREATE DATABASE reinstall" >/dev/null
+DB=reinstall q "CREATE EXTENSION sharded_seq"
+setup_objects() {
+    DB=reinstall q "SELECT sharded_seq.create_sequence('ms', tier => 'memcached', block => 200)" >/dev/null
+    DB=reinstall q "SELECT sharded_seq.create_counter('bc', mode => 'buffered')" >/dev/null
+}
+setup_objects
+DB=reinstall q "SELECT sharded_nextval('ms') FROM generate_series(1, 100)" >"$WORK/old.out"
+DB=reinstall q "SELECT counter_incr('bc', 1)" >/dev/null
+DB=reinstall q "SELECT counter_incr('bc', 41)" >/dev/null
+[ "$(DB=reinstall q "SELECT pending FROM sharded_seq.counters")" -gt 0 ] || fail "nothing waits in memcached: test is void"
+DB=reinstall q "DROP EXTENSION sharded_seq CASCADE; CREATE EXTENSION sharded_seq"
+setup_objects
+DB=reinstall q "SELECT sharded_nextval('ms') FROM generate_series(1, 150)" >"$WORK/new.1.out"
+DB=reinstall q "SELECT sharded_nextval('ms') FROM generate_series(1, 150)" >"$WORK/new.2.out"
+python3 "$HERE/check_values.py" "$WORK"/new.*.out
+expect "the new install's counter starts at zero" "$(DB=reinstall q "SELECT counter_value('bc')")" 0
+fi
+
+if want 5; then
+echo "== 5. first commits to fresh buffered counters, all at once, with shared statistics"
+# Each of 8 sessions commits its increment of counter k the moment D lets go
+# of lock k, so that first commits (and first statistics events) collide.
+N=150
+q "SELECT count(sharded_seq.create_counter('r_' || g, shards => 2, mode => 'buffered')) FROM generate_series(1, $N) g" >/dev/null
+session_open D
+session_send D "SELECT count(pg_advisory_lock(g)) FROM generate_series(1, $N) g;"
+session_sync D
+race() {
+    local k
+    for k in $(seq 1 $N); do
+        echo "BEGIN; SELECT counter_incr('r_$k'); SELECT pg_advisory_xact_lock_shared($k); COMMIT;"
+    done
+}
+run_sessions stress race 8 race
+for k in $(seq 1 $N); do
+    waiting=0
+    for _ in $(seq 1 100); do
+        waiting=$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $k AND NOT granted")
+        [ "$waiting" = 8 ] && break
+        sleep 0.05
+    done
+    # sessions that stop arriving are stuck on a lock left held
+    [ "$waiting" = 8 ] || fail "round $k: only $waiting of 8 sessions reached it within 5 s: a lock was left held"
+    session_send D "SELECT pg_advisory_unlock($k);"
+done
+session_sync D
+session_close D
+for _ in $(seq 1 600); do sessions_running || break; sleep 0.1; done
+sessions_running && fail "sessions still running 60 s after the last release: a lock was left held"
+cat "$WORK"/race.*.err | grep . && fail "a session saw an error"
+expect "no session hung, and the statistics can be read" \
+    "$(timeout 30 psql -qXAt -d stress -c "SELECT count(*) > 0 FROM sharded_seq.memcached_stats")" t
+expect "8 sessions x $N fresh counters, committed at once: every increment counts" \
+    "$(q "SELECT sum(counter_value('r_' || g)) FROM generate_series(1, $N) g")" $((8 * N))
+q "SELECT sharded_seq.flush_counters()" >/dev/null
+expect "... and still after a flush to the rows" \
+    "$(q "SELECT sum(counter_value('r_' || g)) || ' ' || sum(pending) FROM generate_series(1, $N) g, sharded_seq.counters c WHERE c.name = 'r_' || g")" "$((8 * N)) 0"
+fi
