@@ -290,8 +290,8 @@ UpdateShard(Relation rel, Relation index, IndexInfo *ii, int32 counter_id,
 		values[Anum_shard_value - 1] = Int64GetDatum(newvalue);
 		newtup = heap_form_tuple(desc, values, nulls);
 
-		result = heap_update(rel, &tid, newtup, GetCurrentCommandId(true),
-							 InvalidSnapshot, wait, &tmfd, &lockmode);
+		result = ShardedHeapUpdate(rel, &tid, newtup, GetCurrentCommandId(true),
+								   InvalidSnapshot, wait, &tmfd, &lockmode);
 		if (result == TM_Ok && !HeapTupleIsHeapOnly(newtup))
 		{
 			/* not a HOT update: the key needs an entry for the new version */
