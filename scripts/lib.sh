@@ -2,7 +2,14 @@
 # servers on loopback.  Source it; it works as root (the cluster then runs as
 # the postgres user, because PostgreSQL refuses root) and as a normal user.
 
-PGBIN="$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)"
+# PG_MAJOR (set by scripts/chroot.sh, and by scripts/test.sh) picks the
+# PostgreSQL major; its client programs come first on PATH.
+if [ -n "${PG_MAJOR:-}" ]; then
+    PGBIN="/usr/lib/postgresql/$PG_MAJOR/bin"
+    export PATH="$PGBIN:$PATH"
+else
+    PGBIN="$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)"
+fi
 ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Run a command as the user that owns the clusters.
