@@ -9,7 +9,8 @@
 #
 # The chroot is made once with debootstrap in
 # $SHARDED_SEQ_CHROOTS/chroot-SUITE (default /var/cache/sharded_seq) and
-# reused afterwards; apt-get runs again only when a package is missing.  /proc,
+# reused afterwards; apt-get runs again only when a package is missing.  Runs
+# on one chroot wait for each other.  /proc,
 # /dev and /dev/shm are mounted while COMMAND runs, and unmounted afterwards.
 # In the chroot, PG_MAJOR is set to the suite's PostgreSQL major, which
 # scripts/setup.sh, scripts/lib.sh and scripts/test.sh follow.
@@ -32,12 +33,17 @@ esac
 [ "$(id -u)" = 0 ] || { echo "scripts/chroot.sh needs root (debootstrap, chroot, mount)" >&2; exit 1; }
 
 CH="$CACHE/chroot-$suite"
+# One run per chroot at a time: each replaces /build/sharded_seq, and the
+# first to finish would unmount /proc under the other.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/chroot-$suite.lock"
+flock 9
 # sid's Release file may be past its Valid-Until on the mirror.
 APT_OPTS=(-o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false)
 PACKAGES=(postgresql-$major postgresql-server-dev-$major postgresql-server-dev-all
           postgresql-$major-pgtap libtap-parser-sourcehandler-pgtap-perl
           libmemcached-dev libmemcached-tools memcached make gcc python3
-          debhelper dpkg-dev fakeroot ca-certificates)
+          debhelper dpkg-dev fakeroot ca-certificates postgresql-all)
 
 log() { echo "==> [$suite] $*" >&2; }
 
