@@ -42,7 +42,8 @@ for how in "older pg_dump" "pg_dump $PG_MAJOR"; do
     db="restored_${how//[^a-z0-9]/_}"
     dump="$WORK/old.dump"
     [ "$how" = "older pg_dump" ] || dump="$WORK/new.dump"
-    if [ $knows_attver = no ] && pg_restore -f - "$dump" | grep -q 'pg_attver='; then
+    pg_restore -f "$WORK/dump.sql" "$dump"
+    if [ $knows_attver = no ] && grep -q 'pg_attver=' "$WORK/dump.sql"; then
         echo "RESULT $how: not restorable into $(psql -qXAt -d postgres -c 'SHOW server_version'): the dump sets column option pg_attver, which this server refuses"
         continue
     fi

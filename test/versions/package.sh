@@ -52,8 +52,9 @@ echo "==> dpkg-buildpackage -us -uc (PostgreSQL $MAJOR)"
 grep -E '^(test|ok|not ok) ' "$WORK/build.log" | sed 's/^/    build-time installcheck: /'
 deb="$(ls "$WORK/${PKG}_${version}"_*.deb)"
 echo "RESULT built $(basename "$deb")"
-dpkg -c "$deb" | grep -q "usr/lib/postgresql/$MAJOR/lib/sharded_seq.so$"
-dpkg -c "$deb" | grep -q "usr/share/postgresql/$MAJOR/extension/sharded_seq.control$"
+dpkg -c "$deb" >"$WORK/contents.txt"
+grep -q "usr/lib/postgresql/$MAJOR/lib/sharded_seq.so$" "$WORK/contents.txt"
+grep -q "usr/share/postgresql/$MAJOR/extension/sharded_seq.control$" "$WORK/contents.txt"
 
 echo "==> installing it"
 dpkg -i "$deb" >"$WORK/dpkg.log" 2>&1 || { cat "$WORK/dpkg.log"; exit 1; }
