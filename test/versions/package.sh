@@ -10,6 +10,9 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
 SRC="$ROOT_DIR"
 MAJOR="${PG_MAJOR:-15}"
+# pg_virtualenv (the build's and the autopkgtest's installcheck) would take
+# the port of the cluster scripts/test.sh is running
+unset PGHOST PGPORT PGUSER PGDATA CLUSTER_DIR
 PKG="postgresql-$MAJOR-sharded-seq"
 if [ "$(id -u)" != 0 ]; then
     echo "SKIP installing a package needs root"
@@ -48,7 +51,8 @@ tar -C "$SRC" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc'
 
 echo "==> dpkg-buildpackage -us -uc (PostgreSQL $MAJOR)"
 (cd "$tree" && PG_UPDATECONTROL=yes pg_buildext updatecontrol >/dev/null &&
-    dpkg-buildpackage -us -uc) >"$WORK/build.log" 2>&1 || { tail -n 60 "$WORK/build.log"; exit 1; }
+    dpkg-buildpackage -us -uc) >"$WORK/build.log" 2>&1 || {
+    grep -v "^\(gcc\|/usr/bin/clang\|/usr/bin/install\|/bin/mkdir\)" "$WORK/build.log" | tail -n 50; exit 1; }
 grep -E '^(test|ok|not ok) ' "$WORK/build.log" | sed 's/^/    build-time installcheck: /'
 deb="$(ls "$WORK/${PKG}_${version}"_*.deb)"
 echo "RESULT built $(basename "$deb")"
