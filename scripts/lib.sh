@@ -2,7 +2,17 @@
 # servers on loopback.  Source it; it works as root (the cluster then runs as
 # the postgres user, because PostgreSQL refuses root) and as a normal user.
 
-PGBIN="${PGBIN:-$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}"
+# PG_MAJOR (set by scripts/chroot.sh, and by scripts/test.sh) picks the
+# PostgreSQL major; its client programs come first on PATH.  PGBIN, if set,
+# names another installation's bin directory instead.
+if [ -n "${PGBIN:-}" ]; then
+    export PATH="$PGBIN:$PATH"
+elif [ -n "${PG_MAJOR:-}" ]; then
+    PGBIN="/usr/lib/postgresql/$PG_MAJOR/bin"
+    export PATH="$PGBIN:$PATH"
+else
+    PGBIN="$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)"
+fi
 ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Run a command as the user that owns the clusters.
@@ -181,3 +191,68 @@ session_close() {
 }
 # session_errors NAME: the SQLSTATEs of the errors NAME got so far, one a line
 session_errors() { sed -n 's/^.*ERROR: *\([0-9A-Z]\{5\}\):.*$/\1/p' "$WORK/$1.err"; }
+
+# check_drawn DB: check table drawn (seq text, v bigint, phase text) in DB,
+# which holds the values of sharded sequences handed out 'before' and 'after'
+# some event (an update, a dump and restore).  Prints one line per sequence
+# and ends in OK when no value repeats, and every 'after' value is above every
+# 'before' value of the same shard (block k of shard i starts at
+# base + (k * shards + i) * block, so a value's shard is known), hence above
+# every 'before' value for a one-shard sequence.  Values of different shards
+# interleave by design.  Every sequence must have values of both phases.
+# The sequences must still be in the generation the values came from.
+check_drawn() {
+    psql -qXAt -d "$1" <<'SQL'
+WITH d AS (
+    SELECT d.seq, d.v, d.phase, ((d.v - s.generation_start) / s.block) % s.shards AS shard
+      FROM drawn d JOIN sharded_seq.sequences s ON s.name = d.seq),
+per_shard AS (
+    SELECT seq, shard,
+           count(*) FILTER (WHERE phase = 'before') AS nb,
+           max(v) FILTER (WHERE phase = 'before') AS maxb,
+           count(*) FILTER (WHERE phase = 'after') AS na,
+           min(v) FILTER (WHERE phase = 'after') AS mina
+      FROM d GROUP BY seq, shard),
+per_seq AS (
+    SELECT d.seq, max(s.shards) AS shards, count(*) AS n, count(*) - count(DISTINCT v) AS dup,
+           count(*) FILTER (WHERE phase = 'before') AS nb,
+           max(v) FILTER (WHERE phase = 'before') AS maxb,
+           count(*) FILTER (WHERE phase = 'after') AS na,
+           min(v) FILTER (WHERE phase = 'after') AS mina
+      FROM d JOIN sharded_seq.sequences s ON s.name = d.seq GROUP BY d.seq)
+SELECT string_agg(format('%s (%s shards): %s values, %s repeated, max before %s, min after %s, later values above the earlier ones in %s of %s shards used before and after',
+                         q.seq, q.shards, q.n, q.dup, q.maxb, q.mina,
+                         (SELECT count(*) FROM per_shard p WHERE p.seq = q.seq AND p.nb > 0 AND p.na > 0 AND p.mina > p.maxb),
+                         (SELECT count(*) FROM per_shard p WHERE p.seq = q.seq AND p.nb > 0 AND p.na > 0)), '; ' ORDER BY q.seq)
+       || CASE WHEN bool_and(q.dup = 0 AND q.nb > 0 AND q.na > 0
+                             AND NOT EXISTS (SELECT FROM per_shard p WHERE p.seq = q.seq
+                                              AND p.nb > 0 AND p.na > 0 AND NOT p.mina > p.maxb)
+                             AND (q.shards > 1 OR q.mina > q.maxb))
+               THEN ' OK' ELSE ' BAD' END
+  FROM per_seq q;
+SQL
+}
+
+# draw_sessions DB PHASE COUNT SEQ...: COUNT sessions at once draw from each
+# sharded sequence SEQ, 300 values in committed statements and 50 in a
+# rolled-back transaction; every value goes into table drawn (seq, v, phase)
+# of DB, with PHASE, for check_drawn.  Needs $WORK.
+draw_sessions() {
+    local db="$1" phase="$2" count="$3" pids=() i seq rc=0
+    shift 3
+    for i in $(seq 1 "$count"); do
+        {
+            for seq in "$@"; do
+                echo "SELECT '$seq', sharded_nextval('$seq') FROM generate_series(1, 300);"
+                echo "BEGIN; SELECT '$seq', sharded_nextval('$seq') FROM generate_series(1, 50); ROLLBACK;"
+            done
+        } | psql -qXAt -F ' ' -v ON_ERROR_STOP=1 -d "$db" \
+            >"$WORK/draw.$db.$phase.$i.out" 2>"$WORK/draw.$db.$phase.$i.err" &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    if [ $rc != 0 ]; then cat "$WORK/draw.$db.$phase".*.err; return 1; fi
+    cat "$WORK/draw.$db.$phase".*.out | sed "s/\$/ $phase/" >"$WORK/draw.$db.$phase.all"
+    psql -qX -v ON_ERROR_STOP=1 -d "$db" \
+        -c "\\copy drawn FROM '$WORK/draw.$db.$phase.all' WITH (DELIMITER ' ')" >/dev/null
+}

@@ -14,9 +14,15 @@ if [ "$(id -u)" != 0 ]; then
     SUDO="sudo"
 fi
 
+# PG_MAJOR picks the PostgreSQL major (default 15, the host's; scripts/chroot.sh
+# sets 17 or 18 in its chroots).
+PG_MAJOR="${PG_MAJOR:-15}"
+PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config"
+contrib=()
+[ "$PG_MAJOR" = 15 ] && contrib=(postgresql-contrib)
 need=()
-for pkg in postgresql-15 postgresql-server-dev-15 postgresql-contrib libmemcached-dev \
-           libmemcached-tools memcached postgresql-15-pgtap \
+for pkg in postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR "${contrib[@]}" libmemcached-dev \
+           libmemcached-tools memcached postgresql-$PG_MAJOR-pgtap \
            libtap-parser-sourcehandler-pgtap-perl make gcc python3; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
@@ -27,9 +33,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Debian starts a memcached service on 11211; tests use their own ports.
 
-export PATH="/usr/lib/postgresql/15/bin:$PATH"
-echo "==> building"
-make -s clean >/dev/null
-make -s WERROR="${WERROR:-}" PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null
+export PATH="/usr/lib/postgresql/$PG_MAJOR/bin:$PATH"
+echo "==> building for PostgreSQL $PG_MAJOR"
+make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null
+make -s WERROR="${WERROR:-}" PG_CONFIG="$PG_CONFIG" >/dev/null
 echo "==> installing the extension"
-$SUDO make -s install PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null
+$SUDO make -s install PG_CONFIG="$PG_CONFIG" >/dev/null

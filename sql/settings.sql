@@ -1,15 +1,17 @@
 -- Settings live under the reserved sharded_seq. prefix.  They exist once the
 -- library is loaded: by shared_preload_libraries, or by any first call.
 LOAD 'sharded_seq';
-SELECT name, setting, context, short_desc
+SELECT name, setting, min_val, max_val, context, short_desc
   FROM pg_settings WHERE name LIKE 'sharded_seq.%' ORDER BY name;
 -- the prefix is reserved: a misspelt setting is rejected
 SET sharded_seq.no_such_setting = 1;
 SET sharded_seq.default_block = 250;
 SHOW sharded_seq.default_block;
 RESET sharded_seq.default_block;
--- bad values are refused by check hooks, with a hint
+-- out-of-range values are refused by PostgreSQL's own range check (22023),
+-- whose message names the range that pg_settings shows
 SET sharded_seq.default_block = 0;
 SET sharded_seq.default_counter_shards = 2000;
 SET sharded_seq.default_sequence_shards = -1;
+SET sharded_seq.default_lease_size = 100000001;
 SHOW sharded_seq.default_sequence_shards;

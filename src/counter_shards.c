@@ -325,8 +325,8 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		values[Anum_shard_value - 1] = Int64GetDatum(newvalue);
 		newtup = heap_form_tuple(desc, values, nulls);
 
-		result = heap_update(rel, &tid, newtup, GetCurrentCommandId(true),
-							 InvalidSnapshot, wait, &tmfd, &lockmode);
+		result = ShardedHeapUpdate(rel, &tid, newtup, GetCurrentCommandId(true),
+								   InvalidSnapshot, wait, &tmfd, &lockmode);
 		if (result == TM_Ok && !HeapTupleIsHeapOnly(newtup))
 			InsertIndexEntries(rel, newtup);
 		heap_freetuple(newtup);

@@ -7,6 +7,7 @@
 
 #include "postgres.h"
 
+#include "compat.h"
 #include "executor/spi.h"
 #include "storage/block.h"
 #include "storage/itemptr.h"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# scripts/cross_major.sh [PATTERN]: the tests that cross PostgreSQL majors
+# (test/cross_major/*.sh other than their helpers), each one result, run from
+# the host with the newer majors in chroots (scripts/chroot.sh).  Part of
+# scripts/test.sh --all-versions.  Ends with "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PATTERN="${1:-}"
+if ! WERROR=1 scripts/setup.sh; then
+    echo "build failed"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+WORK="$(mktemp -d /tmp/sharded_seq_xmajor.XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+passed=0 failed=0 skipped=0
+echo "==> across majors"
+for f in test/cross_major/*_to_*.sh; do
+    t="$(basename "$f" .sh)"
+    [ -z "$PATTERN" ] || [[ "$t" == *"$PATTERN"* ]] || continue
+    start=$(date +%s)
+    timeout 900 bash "$f" >"$WORK/$t.log" 2>&1
+    status=$?
+    if [ $status = 77 ]; then
+        skipped=$((skipped + 1)); echo "skipped cross_major/$t: $(grep '^SKIP' "$WORK/$t.log" | head -n 1)"
+    elif [ $status = 0 ]; then
+        passed=$((passed + 1)); echo "ok      cross_major/$t ($(( $(date +%s) - start ))s)"
+        grep '^RESULT' "$WORK/$t.log" | sed 's/^/        /'
+    else
+        failed=$((failed + 1)); echo "FAILED  cross_major/$t"
+        sed 's/^/    | /' "$WORK/$t.log" | tail -n 60
+    fi
+done
+[ $skipped = 0 ] || echo "($skipped skipped, not counted)"
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

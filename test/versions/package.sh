@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The Debian package for this PostgreSQL major (PG_MAJOR): build it with
+# dpkg-buildpackage (pg_buildext, whose build runs the pg_regress suite),
+# install it, run its autopkgtest (debian/tests/installcheck) against the
+# installed files, and create and use the extension in a fresh cluster.
+# Afterwards the package is removed and the build from source that
+# scripts/setup.sh installed is put back.  Needs root (it installs a package).
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/../../scripts/lib.sh"
+SRC="$ROOT_DIR"
+MAJOR="${PG_MAJOR:-15}"
+# pg_virtualenv (the build's and the autopkgtest's installcheck) would take
+# the port of the cluster scripts/test.sh is running
+unset PGHOST PGPORT PGUSER PGDATA CLUSTER_DIR
+PKG="postgresql-$MAJOR-sharded-seq"
+if [ "$(id -u)" != 0 ]; then
+    echo "SKIP installing a package needs root"
+    exit 77
+fi
+
+# the packaging tools, when missing (the chroots have them already)
+need=()
+for p in dpkg-dev debhelper postgresql-server-dev-all postgresql-all; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+WORK="$(mktemp -d /tmp/ss_package.XXXXXX)"
+chmod 755 "$WORK"
+restore() {
+    cluster_destroy >/dev/null 2>&1 || true
+    if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q "install ok installed"; then
+        dpkg -r "$PKG" >/dev/null 2>&1
+    fi
+    make -s -C "$SRC" install PG_CONFIG="/usr/lib/postgresql/$MAJOR/bin/pg_config" >/dev/null
+    rm -rf "$WORK"
+}
+trap restore EXIT
+
+version="$(dpkg-parsechangelog -l "$SRC/debian/changelog" -S Version)"
+tree="$WORK/sharded-seq-$version"
+mkdir -p "$tree"
+tar -C "$SRC" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+    --exclude=./results --exclude=./log --exclude=./tmp_check --exclude=./regression.diffs \
+    --exclude=./regression.out --exclude=./debian/.debhelper --exclude="./debian/$PKG" -cf - . |
+    tar -C "$tree" -xf -
+
+echo "==> dpkg-buildpackage -us -uc (PostgreSQL $MAJOR)"
+(cd "$tree" && PG_UPDATECONTROL=yes pg_buildext updatecontrol >/dev/null &&
+    dpkg-buildpackage -us -uc) >"$WORK/build.log" 2>&1 || {
+    grep -v "^\(gcc\|/usr/bin/clang\|/usr/bin/install\|/bin/mkdir\)" "$WORK/build.log" | tail -n 50; exit 1; }
+grep -E '^(test|ok|not ok) ' "$WORK/build.log" | sed 's/^/    build-time installcheck: /'
+deb="$(ls "$WORK/${PKG}_${version}"_*.deb)"
+echo "RESULT built $(basename "$deb")"
+dpkg -c "$deb" >"$WORK/contents.txt"
+grep -q "usr/lib/postgresql/$MAJOR/lib/sharded_seq.so$" "$WORK/contents.txt"
+grep -q "usr/share/postgresql/$MAJOR/extension/sharded_seq.control$" "$WORK/contents.txt"
+
+echo "==> installing it"
+dpkg -i "$deb" >"$WORK/dpkg.log" 2>&1 || { cat "$WORK/dpkg.log"; exit 1; }
+owner="$(dpkg -S "/usr/lib/postgresql/$MAJOR/lib/sharded_seq.so" | cut -d: -f1)"
+echo "RESULT sharded_seq.so belongs to $owner"
+[ "$owner" = "$PKG" ]
+
+echo "==> its autopkgtest, debian/tests/installcheck"
+(cd "$tree" && debian/tests/installcheck) >"$WORK/autopkgtest.log" 2>&1 || { tail -n 60 "$WORK/autopkgtest.log"; exit 1; }
+grep -E '^(test|ok|not ok) ' "$WORK/autopkgtest.log" | sed 's/^/    autopkgtest: /'
+grep -Eq '^# All [0-9]+ tests passed|^ All [0-9]+ tests passed' "$WORK/autopkgtest.log"
+
+echo "==> CREATE EXTENSION in a fresh cluster"
+cluster_create "$WORK/pg"
+cluster_start
+psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE pkg" >/dev/null
+out="$(psql -qXAt -v ON_ERROR_STOP=1 -d pkg <<'SQL'
+CREATE EXTENSION sharded_seq;
+SELECT sharded_seq.create_sequence('ids');
+SELECT count(DISTINCT v) FROM (SELECT sharded_nextval('ids') AS v FROM generate_series(1, 5000)) s;
+SELECT counter_incr('c', 40) + counter_incr('c', 2);
+SELECT extversion FROM pg_extension WHERE extname = 'sharded_seq';
+SQL
+)"
+default="$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$SRC/sharded_seq.control")"
+echo "RESULT from the package: $(echo $out)"
+[ "$(echo $out)" = "5000 82 $default" ]

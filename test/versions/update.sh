@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# E4 across ALTER EXTENSION ... UPDATE, from every earlier version: for every
+# full install script sharded_seq--X.sql other than the control file's
+# default_version, install version X, use sequences (database and memcached
+# tier) and counters (exact and buffered) from several sessions, with a real
+# memcached on a loopback port, then ALTER EXTENSION sharded_seq UPDATE.
+# Every counter total must be kept, no value may repeat, every later value
+# must be above every value its shard handed out before (for the one-shard
+# memcached tier: above every earlier value), and the extension must be at
+# default_version.
+# With no earlier version there is nothing to check: the test says so and
+# exits 77 (skipped, counted neither as passed nor as failed).
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/../../scripts/lib.sh"
+
+default="$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$ROOT_DIR/sharded_seq.control")"
+[ -n "$default" ] || { echo "no default_version in sharded_seq.control"; exit 1; }
+older=()
+for f in "$ROOT_DIR"/sharded_seq--*.sql; do
+    v="${f##*/sharded_seq--}"
+    v="${v%.sql}"
+    [[ "$v" == *--* ]] && continue          # an update script, not a full install
+    [ "$v" = "$default" ] && continue
+    older+=("$v")
+done
+if [ ${#older[@]} = 0 ]; then
+    echo "SKIP no version older than the default $default has a full install script (sharded_seq--X.sql): nothing to update from"
+    exit 77
+fi
+echo "default_version $default; updating from: ${older[*]}"
+
+WORK="$(mktemp -d /tmp/ss_update.XXXXXX)"
+chmod 755 "$WORK"
+trap 'memcached_kill; cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+MC_PORT="$(free_port)"
+memcached_start "$MC_PORT"
+cluster_create "$WORK/pg"
+cluster_start
+psql -qX -v ON_ERROR_STOP=1 -d postgres >/dev/null <<SQL
+LOAD 'sharded_seq';
+ALTER SYSTEM SET sharded_seq.memcached_servers = '127.0.0.1:$MC_PORT';
+ALTER SYSTEM SET sharded_seq.counter_flush_interval = 1;
+SELECT pg_reload_conf();
+SQL
+
+SESSIONS=4
+# increments DB: session i adds i to each counter 25 times (committed), and
+# 1000 in a rolled-back transaction, which must not count.
+increments() {
+    local db="$1" pids=() i
+    for i in $(seq 1 $SESSIONS); do
+        psql -qX -v ON_ERROR_STOP=1 -d "$db" >/dev/null 2>"$WORK/$db.inc.$i.err" <<SQL &
+SELECT counter_incr('exact_c', $i), counter_incr('buf_c', $i) FROM generate_series(1, 25);
+BEGIN;
+SELECT counter_incr('exact_c', 1000), counter_incr('buf_c', 1000);
+ROLLBACK;
+SQL
+        pids+=($!)
+    done
+    local rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    if [ $rc != 0 ]; then cat "$WORK/$db".inc.*.err; return 1; fi
+}
+totals() {
+    psql -qXAt -v ON_ERROR_STOP=1 -d "$1" -c \
+        "SELECT string_agg(name || '=' || counter_value(name), ' ' ORDER BY name) FROM sharded_seq.counters"
+}
+
+# each session adds 25 * i: 25 * (1 + 2 + 3 + 4) = 250 per round
+expected_total() { echo $(( 25 * SESSIONS * (SESSIONS + 1) / 2 * $1 )); }
+
+for v in "${older[@]}"; do
+    db="upd_${v//[^a-zA-Z0-9]/_}"
+    echo "==> from $v to $default"
+    psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE $db" >/dev/null
+    psql -qX -v ON_ERROR_STOP=1 -d "$db" >/dev/null <<SQL
+CREATE EXTENSION sharded_seq VERSION '$v';
+SELECT sharded_seq.create_sequence('db_seq', shards => 4, block => 20);
+SELECT sharded_seq.create_sequence('db1_seq', shards => 1, block => 20);
+SELECT sharded_seq.create_sequence('mc_seq', tier => 'memcached', block => 400);
+SELECT sharded_seq.create_counter('exact_c', shards => 4);
+SELECT sharded_seq.create_counter('buf_c', shards => 2, mode => 'buffered');
+CREATE TABLE drawn (seq text, v bigint, phase text);
+SQL
+    [ "$(psql -qXAt -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'sharded_seq'")" = "$v" ]
+    draw_sessions "$db" before $SESSIONS db_seq db1_seq mc_seq
+    increments "$db"
+    want="buf_c=$(expected_total 1) exact_c=$(expected_total 1)"
+    before="$(totals "$db")"
+    echo "RESULT $v before the update: $before; $(psql -qXAt -d "$db" -c "SELECT count(*) FROM drawn") values drawn"
+    [ "$before" = "$want" ] || { echo "totals before the update are $before, not $want"; exit 1; }
+
+    psql -qX -v ON_ERROR_STOP=1 -d "$db" -c "ALTER EXTENSION sharded_seq UPDATE" >/dev/null
+    now="$(psql -qXAt -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'sharded_seq'")"
+    echo "RESULT $v updated to $now"
+    [ "$now" = "$default" ]
+    after="$(totals "$db")"
+    echo "RESULT $v after the update: $after"
+    [ "$after" = "$before" ] || { echo "totals changed across the update: $before -> $after"; exit 1; }
+
+    # later values: none repeated, and each above every value handed out
+    # before by the same shard (block k of shard i starts at
+    # base + (k * shards + i) * block, so a value's shard is known).  With
+    # one shard that is every earlier value; values of different shards
+    # interleave by design, so a later value may lie below an earlier one
+    # from another shard.
+    draw_sessions "$db" after $SESSIONS db_seq db1_seq mc_seq
+    check="$(check_drawn "$db")"
+    echo "RESULT $v values: $check"
+    [[ "$check" == *" OK" ]]
+    [ "$(psql -qXAt -d "$db" -c "SELECT count(DISTINCT seq) FROM drawn")" = 3 ]
+
+    # counters keep counting from the kept totals
+    increments "$db"
+    want="buf_c=$(expected_total 2) exact_c=$(expected_total 2)"
+    final="$(totals "$db")"
+    echo "RESULT $v after more increments: $final"
+    [ "$final" = "$want" ] || { echo "totals are $final, not $want"; exit 1; }
+done
