@@ -23,7 +23,7 @@ contrib=()
 need=()
 for pkg in postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR "${contrib[@]}" libmemcached-dev \
            libmemcached-tools memcached postgresql-$PG_MAJOR-pgtap \
-           libtap-parser-sourcehandler-pgtap-perl make gcc python3; do
+           libtap-parser-sourcehandler-pgtap-perl make gcc python3 gdb; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

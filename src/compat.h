@@ -22,35 +22,38 @@
 
 /*
  * heap_update() gained a TU_UpdateIndexes * argument in 16, telling the
- * executor which indexes need entries for the new version: TU_None or
- * TU_Summarizing after a HOT update, TU_All otherwise.
- *
- * Callers here decide on index maintenance from HeapTupleIsHeapOnly(newtup),
- * as on 15: heap_update() marks the new version heap-only exactly when the
- * update was HOT, on every major.  So this wrapper gives the same answer on
- * every major, and checks (in assert-enabled builds) that 16's answer agrees.
- * A summarizing (BRIN) index would need TU_Summarizing entries even after a
- * HOT update; the tables updated through this wrapper have none.
+ * executor which indexes need entries for the new version: TU_All after a
+ * non-HOT update, TU_Summarizing after a HOT update when summarizing (BRIN)
+ * indexes still need one, TU_None otherwise.  Before 16 every HOT update
+ * needs none.  *indexes gets the same answer on every major.
  */
+typedef enum ShardedIndexUpdate
+{
+	INDEX_UPDATE_NONE,
+	INDEX_UPDATE_ALL,
+	INDEX_UPDATE_SUMMARIZING
+} ShardedIndexUpdate;
+
 static inline TM_Result
 ShardedHeapUpdate(Relation rel, ItemPointer otid, HeapTuple newtup,
 				  CommandId cid, Snapshot crosscheck, bool wait,
-				  TM_FailureData *tmfd, LockTupleMode *lockmode)
+				  TM_FailureData *tmfd, LockTupleMode *lockmode,
+				  ShardedIndexUpdate *indexes)
 {
+	TM_Result	result;
 #if PG_VERSION_NUM >= 160000
 	TU_UpdateIndexes update_indexes = TU_All;
-	TM_Result	result;
 
 	result = heap_update(rel, otid, newtup, cid, crosscheck, wait, tmfd,
 						 lockmode, &update_indexes);
-	Assert(result != TM_Ok ||
-		   (update_indexes == TU_All) == !HeapTupleIsHeapOnly(newtup));
-	Assert(result != TM_Ok || update_indexes != TU_Summarizing);
-	return result;
+	*indexes = update_indexes == TU_All ? INDEX_UPDATE_ALL :
+		update_indexes == TU_Summarizing ? INDEX_UPDATE_SUMMARIZING : INDEX_UPDATE_NONE;
 #else
-	return heap_update(rel, otid, newtup, cid, crosscheck, wait, tmfd,
-					   lockmode);
+	result = heap_update(rel, otid, newtup, cid, crosscheck, wait, tmfd,
+						 lockmode);
+	*indexes = HeapTupleIsHeapOnly(newtup) ? INDEX_UPDATE_NONE : INDEX_UPDATE_ALL;
 #endif
+	return result;
 }
 
 #endif							/* SHARDED_SEQ_COMPAT_H */

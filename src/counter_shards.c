@@ -240,7 +240,7 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
  * administrator added.
  */
 static void
-InsertIndexEntries(Relation rel, HeapTuple newtup)
+InsertIndexEntries(Relation rel, HeapTuple newtup, bool only_summarizing)
 {
 	EState	   *estate = CreateExecutorState();
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
@@ -251,8 +251,10 @@ InsertIndexEntries(Relation rel, HeapTuple newtup)
 	ExecStoreHeapTuple(newtup, slot, false);
 	/* update = false: its hint would need a range table, which we lack */
 #if PG_VERSION_NUM >= 160000
-	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL, false);
+	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL,
+								 only_summarizing);
 #else
+	Assert(!only_summarizing);
 	(void) ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL);
 #endif
 	ExecCloseIndices(rri);
@@ -297,6 +299,7 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		TM_FailureData tmfd;
 		LockTupleMode lockmode;
 		TM_Result	result;
+		ShardedIndexUpdate indexes;
 		int64		newvalue;
 
 		/*
@@ -326,9 +329,9 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		newtup = heap_form_tuple(desc, values, nulls);
 
 		result = ShardedHeapUpdate(rel, &tid, newtup, GetCurrentCommandId(true),
-								   InvalidSnapshot, wait, &tmfd, &lockmode);
-		if (result == TM_Ok && !HeapTupleIsHeapOnly(newtup))
-			InsertIndexEntries(rel, newtup);
+								   InvalidSnapshot, wait, &tmfd, &lockmode, &indexes);
+		if (result == TM_Ok && indexes != INDEX_UPDATE_NONE)
+			InsertIndexEntries(rel, newtup, indexes == INDEX_UPDATE_SUMMARIZING);
 		heap_freetuple(newtup);
 		switch (result)
 		{
