@@ -509,7 +509,6 @@ CounterInit(void)
 {
 	RegisterXactCallback(CounterXactCallback, NULL);
 	RegisterSubXactCallback(CounterSubXactCallback, NULL);
-	BufferInit();
 }
 
 /*
@@ -525,6 +524,8 @@ VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
 	/* a buffered counter's amount not yet flushed; unreadable counts as none */
 	if (entry->buffered && MemcachedPending(entry->id, &waiting))
 		total += waiting;
+	/* committed here, but neither in memcached nor in the rows yet */
+	total += LeftoverAmount(entry->id);
 
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		ereport(ERROR,

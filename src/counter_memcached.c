@@ -55,6 +55,7 @@ typedef struct GiveBack
 /* A committed amount that memcached could not take: it goes to the rows. */
 typedef struct Leftover
 {
+	char		key[MC_KEY_LEN];	/* kept: no key can be built after commit */
 	int32		counter_id;
 	int32		shard;
 	char		name[NAMEDATALEN];
@@ -67,6 +68,8 @@ typedef struct Leftover
 static AfterCommit *AfterCommits = NULL;
 static GiveBack *GiveBacks = NULL;
 static Leftover *Leftovers = NULL;
+
+static void EnsureExitCallback(void);
 
 static char *
 PendingKeyName(int32 counter_id)
@@ -97,7 +100,8 @@ Deliver(const char *key, uint64 amount)
 }
 
 static void
-AddLeftover(int32 counter_id, int32 shard, const char *name, uint64 amount)
+AddLeftover(const char *key, int32 counter_id, int32 shard, const char *name,
+			uint64 amount)
 {
 	Leftover   *lo;
 
@@ -109,6 +113,7 @@ AddLeftover(int32 counter_id, int32 shard, const char *name, uint64 amount)
 			return;
 		}
 	lo = MemoryContextAlloc(TopMemoryContext, sizeof(Leftover));
+	strlcpy(lo->key, key, MC_KEY_LEN);
 	lo->counter_id = counter_id;
 	lo->shard = shard;
 	strlcpy(lo->name, name, NAMEDATALEN);
@@ -125,7 +130,7 @@ GiveBackNow(GiveBack *gb)
 	McResult	r = Deliver(gb->key, gb->amount);
 
 	if (r == MC_DOWN)
-		AddLeftover(gb->counter_id, gb->shard, gb->name, gb->amount);
+		AddLeftover(gb->key, gb->counter_id, gb->shard, gb->name, gb->amount);
 	else if (r != MC_OK)
 		StatsCount(KIND_COUNTER, gb->counter_id, STAT_ERRORS, 1);
 }
@@ -139,8 +144,11 @@ void
 BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 				  const char *name, int64 *claim_interval)
 {
-	AfterCommit *ac = MemoryContextAlloc(TopMemoryContext, sizeof(AfterCommit));
+	AfterCommit *ac;
 	int64		interval = (int64) time(NULL) / CounterFlushInterval;
+
+	EnsureExitCallback();
+	ac = MemoryContextAlloc(TopMemoryContext, sizeof(AfterCommit));
 
 	strlcpy(ac->key, PendingKeyName(counter_id), MC_KEY_LEN);
 	ac->counter_id = counter_id;
@@ -189,7 +197,7 @@ BufferAtCommit(void)
 		{
 			/* nothing reached memcached: the rows will take it */
 			StatsCount(KIND_COUNTER, ac->counter_id, STAT_FALLBACKS, 1);
-			AddLeftover(ac->counter_id, ac->shard, ac->name, ac->amount);
+			AddLeftover(ac->key, ac->counter_id, ac->shard, ac->name, ac->amount);
 		}
 		else
 		{
@@ -265,6 +273,18 @@ FlushedInXact(void)
 	return GiveBacks != NULL;
 }
 
+/* This backend's leftovers of a counter, not yet in the rows: its reads count them. */
+int64
+LeftoverAmount(int32 counter_id)
+{
+	int64		n = 0;
+
+	for (Leftover *lo = Leftovers; lo; lo = lo->next)
+		if (lo->counter_id == counter_id)
+			n += lo->amount;
+	return n;
+}
+
 long
 CountLeftovers(void)
 {
@@ -311,7 +331,7 @@ BufferAtExit(int code, Datum arg)
 	{
 		Leftover   *lo = *link;
 
-		if (McEnabled() && Deliver(PendingKeyName(lo->counter_id), (uint64) lo->amount) == MC_OK)
+		if (McEnabled() && Deliver(lo->key, (uint64) lo->amount) == MC_OK)
 		{
 			*link = lo->next;
 			pfree(lo);
@@ -346,10 +366,20 @@ BufferAtExit(int code, Datum arg)
 	PG_END_TRY();
 }
 
-void
-BufferInit(void)
+/*
+ * Register the exit callback in this backend, before anything can leave a
+ * leftover.  Not from _PG_init: with shared_preload_libraries that runs in
+ * the postmaster.
+ */
+static void
+EnsureExitCallback(void)
 {
+	static int	registered_pid = 0;
+
+	if (registered_pid == MyProcPid)
+		return;
 	before_shmem_exit(BufferAtExit, (Datum) 0);
+	registered_pid = MyProcPid;
 }
 
 /*
@@ -370,6 +400,7 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 	McResult	r;
 	GiveBack   *gb;
 
+	EnsureExitCallback();
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, SHARDED_SEQ_FLUSH_CLASS, (uint32) counter_id, 2);
 	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
 		return -1;

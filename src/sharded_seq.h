@@ -161,7 +161,6 @@ typedef struct CommitItem
 } CommitItem;
 
 /* counter_memcached.c: write-behind through memcached (mode 'buffered') */
-extern void BufferInit(void);
 extern void BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 							  const char *name, int64 *claim_interval);
 extern void BufferAtCommit(void);
@@ -170,6 +169,7 @@ extern void BufferAtSubXact(bool aborted, SubTransactionId subid,
 							SubTransactionId parent);
 extern bool FlushedInXact(void);
 extern long CountLeftovers(void);
+extern int64 LeftoverAmount(int32 counter_id);
 extern long TakeLeftovers(CommitItem *items, long n);
 extern int64 FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait);
 extern bool MemcachedPending(int32 counter_id, int64 *amount);

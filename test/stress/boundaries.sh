@@ -11,6 +11,8 @@
 #   4. DROP and CREATE EXTENSION: no memcached key of the old install is read.
 #   5. first commits to fresh buffered counters race: nothing dropped, and
 #      the shared statistics never leave their lock held.
+#   6. memcached gone between a commit's decision and its delivery: the
+#      amount goes to the rows with the next commit, or at backend exit.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -220,4 +222,24 @@ expect "8 sessions x $N fresh counters, committed at once: every increment count
 q "SELECT sharded_seq.flush_counters()" >/dev/null
 expect "... and still after a flush to the rows" \
     "$(q "SELECT sum(counter_value('r_' || g)) || ' ' || sum(pending) FROM generate_series(1, $N) g, sharded_seq.counters c WHERE c.name = 'r_' || g")" "$((8 * N)) 0"
+fi
+
+if want 6; then
+echo "== 6. memcached gone after the commit decided to use it"
+DEAD_PORT="$(free_port)"    # nothing listens there: the first commit finds it down only after committing
+q "SELECT sharded_seq.create_counter('lb', mode => 'buffered')" >/dev/null
+session_open L
+session_send L "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT';"
+session_send L "SELECT counter_incr('lb', 5);"
+session_send L "SELECT 'seen here: ' || counter_value('lb');"
+session_sync L
+expect "the committing session still counts its amount" "$(grep -c '^seen here: 5$' "$WORK/L.out")" 1
+session_send L "SELECT counter_incr('lb', 7);"
+session_sync L
+expect "its next commit writes the rows, with the earlier amount" "$(q "SELECT counter_value('lb')")" 12
+session_send L "SELECT pg_sleep(1.2); SELECT counter_incr('lb', 3);"
+session_sync L
+session_close L
+expect "an amount left when the session ends is written at exit" "$(q "SELECT counter_value('lb')")" 15
+expect "... with nothing in memcached, and no error" "$(q "SELECT pending FROM sharded_seq.counters WHERE name = 'lb'") $(errors_of L)" "0 "
 fi

@@ -30,21 +30,31 @@ B_PID=$(tail -n 2 "$WORK/B.out" | head -1)
 # an invalidation, so that B's next call reads its configuration again
 q "SELECT sharded_seq.grant_sequence('rc', 'public'), sharded_seq.grant_counter('rcc', 'public')" >/dev/null
 
-# stop B at the configuration read, once its snapshot is taken
-gdb -q -p "$B_PID" -batch \
-    -ex 'set pagination off' \
-    -ex 'break SPI_execute_snapshot' \
-    -ex 'continue' \
-    -ex "shell touch $WORK/stopped; while [ ! -f $WORK/go ]; do sleep 0.05; done" \
-    -ex 'delete' \
-    -ex 'detach' >"$WORK/gdb.log" 2>&1 &
-GDB_PID=$!
-for _ in $(seq 1 200); do grep -q "^Breakpoint 1 at" "$WORK/gdb.log" && break; sleep 0.05; done
-grep -q "^Breakpoint 1 at" "$WORK/gdb.log" || { cat "$WORK/gdb.log"; fail "gdb did not attach"; }
+# stop_in_config_read TAG: gdb stops B at its next configuration read, once
+# its snapshot is taken; it touches $WORK/stopped.TAG there, and lets B go on
+# when $WORK/go.TAG appears
+stop_in_config_read() {
+    gdb -q -p "$B_PID" -batch \
+        -ex 'set pagination off' \
+        -ex 'break SPI_execute_snapshot' \
+        -ex 'continue' \
+        -ex "shell touch $WORK/stopped.$1; while [ ! -f $WORK/go.$1 ]; do sleep 0.05; done" \
+        -ex 'delete' \
+        -ex 'detach' >"$WORK/gdb.$1.log" 2>&1 &
+    GDB_PID=$!
+    for _ in $(seq 1 200); do grep -q "^Breakpoint 1 at" "$WORK/gdb.$1.log" && break; sleep 0.05; done
+    grep -q "^Breakpoint 1 at" "$WORK/gdb.$1.log" || { cat "$WORK/gdb.$1.log"; fail "gdb did not attach"; }
+}
+stopped() {  # stopped TAG: wait until B is stopped in its configuration read
+    for _ in $(seq 1 200); do [ -f "$WORK/stopped.$1" ] && return 0; sleep 0.05; done
+    cat "$WORK/gdb.$1.log"; fail "session B never reached its configuration read"
+}
+go_on() { touch "$WORK/go.$1"; wait "$GDB_PID" || true; GDB_PID=""; }
+
+stop_in_config_read seq
 
 session_send B "SELECT sharded_nextval('rc') FROM generate_series(1, 30);"
-for _ in $(seq 1 200); do [ -f "$WORK/stopped" ] && break; sleep 0.05; done
-[ -f "$WORK/stopped" ] || { cat "$WORK/gdb.log"; fail "session B never reached its configuration read"; }
+stopped seq
 echo "RESULT session B stopped inside its configuration read"
 
 # the change commits while B is stopped with its old snapshot
@@ -55,9 +65,7 @@ retired_state() {
         WHERE c.name = 'rc' AND s.generation < c.generation"
 }
 retired_before=$(retired_state)
-touch "$WORK/go"
-wait "$GDB_PID" || true
-GDB_PID=""
+go_on seq
 session_sync B
 q "SELECT sharded_nextval('rc') FROM generate_series(1, 30)" >"$WORK/other.out"
 session_send B "SELECT sharded_nextval('rc') FROM generate_series(1, 30);"
@@ -79,22 +87,11 @@ echo "RESULT session B: $below of 60 values below the new generation's start $hi
 session_send B "SELECT counter_value('rcc');"
 session_sync B
 q "SELECT sharded_seq.grant_counter('rcc', 'public', 'select')" >/dev/null
-gdb -q -p "$B_PID" -batch \
-    -ex 'set pagination off' \
-    -ex 'break SPI_execute_snapshot' \
-    -ex 'continue' \
-    -ex "shell touch $WORK/stopped2; while [ ! -f $WORK/go2 ]; do sleep 0.05; done" \
-    -ex 'delete' \
-    -ex 'detach' >"$WORK/gdb2.log" 2>&1 &
-GDB_PID=$!
-for _ in $(seq 1 200); do grep -q "^Breakpoint 1 at" "$WORK/gdb2.log" && break; sleep 0.05; done
+stop_in_config_read ctr
 session_send B "BEGIN; SELECT counter_incr('rcc', 5);"
-for _ in $(seq 1 200); do [ -f "$WORK/stopped2" ] && break; sleep 0.05; done
-[ -f "$WORK/stopped2" ] || fail "session B never reached its counter configuration read"
+stopped ctr
 q "SELECT sharded_seq.alter_counter('rcc', shards => 1)" >/dev/null
-touch "$WORK/go2"
-wait "$GDB_PID" || true
-GDB_PID=""
+go_on ctr
 session_send B "COMMIT;"
 session_sync B
 session_close B
