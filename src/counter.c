@@ -292,7 +292,7 @@ CompareItems(const void *a, const void *b)
 /*
  * Add an amount to the counter's shard rows in this transaction.  A counter
  * that is gone takes nothing: silently if this transaction dropped it, or if
- * the amount is left over from an earlier transaction; else with an error.
+ * the amount is only a leftover of an earlier transaction; else with an error.
  */
 static void
 ApplyToRows(CommitItem *item, int64 amount)
@@ -300,7 +300,7 @@ ApplyToRows(CommitItem *item, int64 amount)
 	if (CounterApply(item->counter_id, item->shard, amount, item->name,
 					 item->known, item->nknown))
 		return;
-	if (DroppedInXact(item->counter_id) || item->leftover)
+	if (DroppedInXact(item->counter_id) || item->entry == NULL)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -389,7 +389,6 @@ ApplyPending(bool preparing)
 			CommitItem *into = &items[merged - 1];
 
 			into->amount += items[i].amount;
-			into->leftover |= items[i].leftover;
 			if (into->entry == NULL && items[i].entry != NULL)
 			{
 				into->entry = items[i].entry;

@@ -311,7 +311,6 @@ TakeLeftovers(CommitItem *items, long n)
 		item->shard = lo->shard;
 		item->name = lo->name;
 		item->amount = lo->amount;
-		item->leftover = true;
 		lo->taken = true;
 	}
 	return n;

@@ -157,7 +157,6 @@ typedef struct CommitItem
 	int128		amount;
 	ShardRef   *known;			/* where the shard rows were last seen */
 	int			nknown;
-	bool		leftover;		/* includes amounts committed earlier */
 } CommitItem;
 
 /* counter_memcached.c: write-behind through memcached (mode 'buffered') */
