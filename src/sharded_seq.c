@@ -7,7 +7,9 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/elog.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "sharded_seq.h"
 
@@ -20,6 +22,30 @@ int			DefaultLeaseSize = 10000;
 int			CounterFlushInterval = 10;
 
 void		_PG_init(void);
+
+static emit_log_hook_type prev_emit_log_hook = NULL;
+
+/*
+ * PostgreSQL checks an integer setting against its bounds before any check
+ * hook runs, and its "outside the valid range" error has no hint.  Add ours
+ * to that error, for our settings only, as it is reported.
+ */
+static void
+AddRangeHint(ErrorData *edata)
+{
+	if (edata->hint == NULL && edata->message_id != NULL && edata->message != NULL &&
+		edata->sqlerrcode == ERRCODE_INVALID_PARAMETER_VALUE &&
+		strstr(edata->message_id, "is outside the valid range for parameter") != NULL &&
+		strstr(edata->message, "\"sharded_seq.") != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ErrorContext);
+
+		edata->hint = pstrdup("Choose a value in that range, or RESET the setting to its default.");
+		MemoryContextSwitchTo(old);
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
 
 /* The largest timeout (ms) and flush interval (s) the settings accept. */
 #define MAX_TIMEOUT_MS			60000
@@ -136,6 +162,8 @@ _PG_init(void)
 							&CounterFlushInterval, 10, 1, MAX_FLUSH_INTERVAL_S,
 							PGC_SUSET, GUC_UNIT_S, CheckInterval, NULL, NULL);
 	MarkGUCPrefixReserved("sharded_seq");
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = AddRangeHint;
 	if (process_shared_preload_libraries_in_progress)
 		StatsShmemRequest();
 	CatalogInit();
