@@ -10,6 +10,9 @@ SELECT plan(31);
 ------------------------------------------------------------------------------
 -- counters
 ------------------------------------------------------------------------------
+-- the first object, so that after DROP and CREATE EXTENSION its successor
+-- gets the same id (ids start again at 1)
+SELECT pg_temp.x('a', $$SELECT sharded_seq.create_sequence('tr', shards => 2, block => 10)$$);
 SELECT pg_temp.x('a', $$SELECT sharded_seq.create_counter('tc', shards => 3)$$);
 SELECT pg_temp.x('a', $$SELECT sharded_seq.create_counter('tc_buf', shards => 1, mode => 'buffered')$$);
 -- a counter's total read by session b; NULL if it cannot be read
@@ -155,14 +158,13 @@ SELECT dblink_exec('b', 'DROP INDEX sharded_seq.tc_value_idx');
 ------------------------------------------------------------------------------
 -- DROP EXTENSION and CREATE EXTENSION under a session that has state
 ------------------------------------------------------------------------------
-SELECT pg_temp.x('a', $$SELECT sharded_seq.create_sequence('tb', shards => 2, block => 10)$$);
-SELECT pg_temp.draw('b', 'tb', 3, 'before reinstall');
+SELECT pg_temp.draw('b', 'tr', 3, 'before reinstall');
 SELECT pg_temp.q('b', $$SELECT counter_value('tc')$$);
 SELECT dblink_exec('a', 'DROP EXTENSION sharded_seq CASCADE');
 SELECT dblink_exec('a', 'CREATE EXTENSION sharded_seq');
-SELECT pg_temp.x('a', $$SELECT sharded_seq.create_sequence('tb', shards => 1, block => 1000)$$);
-SELECT is(pg_temp.state('b', $$SELECT sharded_nextval('tb')$$), '00000', 'after DROP and CREATE EXTENSION, an existing session draws without reconnecting');
-SELECT is(pg_temp.q('b', $$SELECT sharded_nextval('tb')$$), '2', '... from the new sequence, not a block of the old one');
+SELECT pg_temp.x('a', $$SELECT sharded_seq.create_sequence('tr', shards => 1, block => 1000)$$);
+SELECT is(pg_temp.state('b', $$SELECT sharded_nextval('tr')$$), '00000', 'after DROP and CREATE EXTENSION, an existing session draws without reconnecting');
+SELECT is(pg_temp.q('b', $$SELECT sharded_nextval('tr')$$), '2', '... from the new sequence, not a block of the old one');
 SELECT is(pg_temp.state('b', $$SELECT counter_incr('tc')$$), '00000', '... and increments');
 SELECT is(pg_temp.state('a', $$SELECT sharded_seq.create_counter('tc2')$$), '00000', 'the session that reinstalled works too');
 
