@@ -16,14 +16,21 @@ UPDATE sharded_seq.sequence_shards s
  WHERE c.id OPERATOR(pg_catalog.=) s.seq_id
    AND c.generation OPERATOR(pg_catalog.=) s.generation;
 
--- memcached keys carry a token per installation.  An installation upgraded
--- from 1.0 keeps 1.0's keys (token 0), so that amounts buffered in
--- memcached before the upgrade are still flushed; a new installation (also
--- after DROP and CREATE EXTENSION) draws a random token.
+-- memcached keys carry a token per installation, drawn at random.  An
+-- installation that already has state in memcached (a buffered counter, a
+-- memcached-tier sequence) keeps 1.0's keys (token 0) instead, so that
+-- amounts buffered before the update are still flushed, and backends still
+-- running the 1.0 library agree with the 1.1 ones.
 CREATE TABLE sharded_seq.installation (
     token       bigint NOT NULL
 );
-INSERT INTO sharded_seq.installation (token) VALUES (0);
+INSERT INTO sharded_seq.installation (token)
+SELECT CASE WHEN EXISTS (SELECT FROM sharded_seq.counter_config WHERE mode OPERATOR(pg_catalog.=) 'buffered')
+              OR EXISTS (SELECT FROM sharded_seq.sequence_config WHERE tier OPERATOR(pg_catalog.=) 'memcached')
+            THEN 0
+            WHEN t OPERATOR(pg_catalog.=) 0 THEN 1
+            ELSE t END
+  FROM (SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(pg_catalog.gen_random_uuid()::pg_catalog.text), 1, 16))::pg_catalog.bit(64)::pg_catalog.int8 AS t) r;
 REVOKE ALL ON sharded_seq.installation FROM PUBLIC;
 
 -- Views: operators qualified, so that no search_path can redirect them.

@@ -329,14 +329,45 @@ revoke_counter(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* The view's pending column: NULL when memcached cannot be read. */
+/*
+ * May the caller read this counter's total (select privilege, or owner)?
+ * The counters view lists every counter, but shows totals only to them.
+ */
+static bool
+CounterReadable(int32 id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(id)};
+	OwnerContext ctx;
+	bool		readable = false;
+
+	BeginAsOwner(&ctx);
+	PreparePlan(&plan,
+				"SELECT owner::pg_catalog.oid, acl FROM sharded_seq.counter_config"
+				" WHERE id OPERATOR(pg_catalog.=) $1", 1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.counter_config");
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Oid			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		Datum		acl = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+
+		readable = HasPrivilege(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller, ACL_SELECT);
+	}
+	EndAsOwner(&ctx);
+	return readable;
+}
+
+/* The view's pending column: NULL when memcached cannot be read, or for others' counters. */
 PG_FUNCTION_INFO_V1(counter_pending);
 Datum
 counter_pending(PG_FUNCTION_ARGS)
 {
 	int64		amount;
 
-	if (!MemcachedPending(PG_GETARG_INT32(0), &amount))
+	if (!CounterReadable(PG_GETARG_INT32(0)) || !MemcachedPending(PG_GETARG_INT32(0), &amount))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(amount);
 }
@@ -385,15 +416,17 @@ flush_counters(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(flushed);
 }
 
-/* The view's total: callers need no rights on the counter to list it. */
+/* The view's total: NULL for a counter the caller may not read. */
 PG_FUNCTION_INFO_V1(counter_total);
 Datum
 counter_total(PG_FUNCTION_ARGS)
 {
-	int128		total = CounterSum(PG_GETARG_INT32(0), NULL, NULL, NULL);
+	int128		total;
 
+	if (!CounterReadable(PG_GETARG_INT32(0)))
+		PG_RETURN_NULL();
+	total = CounterSum(PG_GETARG_INT32(0), NULL, NULL, NULL);
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		PG_RETURN_NULL();		/* a listing should not fail on one counter */
 	PG_RETURN_INT64((int64) total);
 }
-

@@ -12,7 +12,8 @@
  * after commit cannot raise errors: it uses libmemcached and memory that was
  * set aside before commit.  An amount that finds no memcached server after
  * commit becomes a leftover of this backend; it goes to the shard rows with
- * the backend's next counter commit, or when the backend exits.
+ * the backend's next counter commit, or when the backend exits, and only in
+ * the installation of the extension it was committed in.
  */
 #include "postgres.h"
 
@@ -33,6 +34,7 @@
 typedef struct AfterCommit
 {
 	char		key[MC_KEY_LEN];
+	Oid			install;		/* counter_config's OID: which installation */
 	int32		counter_id;
 	int32		shard;
 	char		name[NAMEDATALEN];
@@ -44,6 +46,7 @@ typedef struct AfterCommit
 typedef struct GiveBack
 {
 	char		key[MC_KEY_LEN];
+	Oid			install;
 	int32		counter_id;
 	int32		shard;
 	char		name[NAMEDATALEN];
@@ -55,7 +58,7 @@ typedef struct GiveBack
 /* A committed amount that memcached could not take: it goes to the rows. */
 typedef struct Leftover
 {
-	char		key[MC_KEY_LEN];	/* kept: no key can be built after commit */
+	Oid			install;		/* ids are reused by a later installation */
 	int32		counter_id;
 	int32		shard;
 	char		name[NAMEDATALEN];
@@ -100,20 +103,20 @@ Deliver(const char *key, uint64 amount)
 }
 
 static void
-AddLeftover(const char *key, int32 counter_id, int32 shard, const char *name,
+AddLeftover(Oid install, int32 counter_id, int32 shard, const char *name,
 			uint64 amount)
 {
 	Leftover   *lo;
 
 	for (lo = Leftovers; lo; lo = lo->next)
-		if (lo->counter_id == counter_id && !lo->taken &&
+		if (lo->install == install && lo->counter_id == counter_id && !lo->taken &&
 			(uint64) lo->amount + amount <= (uint64) PG_INT64_MAX)
 		{
 			lo->amount += (int64) amount;
 			return;
 		}
 	lo = MemoryContextAlloc(TopMemoryContext, sizeof(Leftover));
-	strlcpy(lo->key, key, MC_KEY_LEN);
+	lo->install = install;
 	lo->counter_id = counter_id;
 	lo->shard = shard;
 	strlcpy(lo->name, name, NAMEDATALEN);
@@ -130,7 +133,7 @@ GiveBackNow(GiveBack *gb)
 	McResult	r = Deliver(gb->key, gb->amount);
 
 	if (r == MC_DOWN)
-		AddLeftover(gb->key, gb->counter_id, gb->shard, gb->name, gb->amount);
+		AddLeftover(gb->install, gb->counter_id, gb->shard, gb->name, gb->amount);
 	else if (r != MC_OK)
 		StatsCount(KIND_COUNTER, gb->counter_id, STAT_ERRORS, 1);
 }
@@ -151,6 +154,7 @@ BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 	ac = MemoryContextAlloc(TopMemoryContext, sizeof(AfterCommit));
 
 	strlcpy(ac->key, PendingKeyName(counter_id), MC_KEY_LEN);
+	ac->install = ConfigRelid("counter_config");
 	ac->counter_id = counter_id;
 	ac->shard = shard;
 	strlcpy(ac->name, name, NAMEDATALEN);
@@ -197,7 +201,7 @@ BufferAtCommit(void)
 		{
 			/* nothing reached memcached: the rows will take it */
 			StatsCount(KIND_COUNTER, ac->counter_id, STAT_FALLBACKS, 1);
-			AddLeftover(ac->key, ac->counter_id, ac->shard, ac->name, ac->amount);
+			AddLeftover(ac->install, ac->counter_id, ac->shard, ac->name, ac->amount);
 		}
 		else
 		{
@@ -273,14 +277,44 @@ FlushedInXact(void)
 	return GiveBacks != NULL;
 }
 
+/*
+ * Forget leftovers of an installation that is gone (DROP and CREATE
+ * EXTENSION start counter ids again at 1): they belong to no counter now.
+ */
+static void
+ForgetOtherInstallations(Oid install)
+{
+	Leftover  **link = &Leftovers;
+
+	while (*link)
+	{
+		Leftover   *lo = *link;
+
+		if (lo->install != install && !lo->taken)
+		{
+			ereport(LOG,
+					(errmsg("sharded_seq: %lld committed increments of counter \"%s\" were dropped with its extension",
+							(long long) lo->amount, lo->name)));
+			*link = lo->next;
+			pfree(lo);
+		}
+		else
+			link = &lo->next;
+	}
+}
+
 /* This backend's leftovers of a counter, not yet in the rows: its reads count them. */
 int64
 LeftoverAmount(int32 counter_id)
 {
 	int64		n = 0;
+	Oid			install;
 
+	if (Leftovers == NULL)
+		return 0;
+	install = ConfigRelid("counter_config");
 	for (Leftover *lo = Leftovers; lo; lo = lo->next)
-		if (lo->counter_id == counter_id)
+		if (lo->install == install && lo->counter_id == counter_id)
 			n += lo->amount;
 	return n;
 }
@@ -299,6 +333,9 @@ CountLeftovers(void)
 long
 TakeLeftovers(CommitItem *items, long n)
 {
+	if (Leftovers == NULL)
+		return n;
+	ForgetOtherInstallations(ConfigRelid("counter_config"));
 	for (Leftover *lo = Leftovers; lo; lo = lo->next)
 	{
 		CommitItem *item;
@@ -317,27 +354,14 @@ TakeLeftovers(CommitItem *items, long n)
 }
 
 /*
- * A backend that exits with leftovers tries memcached once more, then
- * writes them to the rows in a transaction of its own, as PostgreSQL does
- * when it removes temporary tables at exit.
+ * A backend that exits with leftovers writes them to the rows in a
+ * transaction of its own, as PostgreSQL does when it removes temporary tables
+ * at exit.  Never to memcached: the counter may have left buffered mode, and
+ * an answer that times out would leave it unknown whether it counted.
  */
 static void
 BufferAtExit(int code, Datum arg)
 {
-	Leftover  **link = &Leftovers;
-
-	while (*link)
-	{
-		Leftover   *lo = *link;
-
-		if (McEnabled() && Deliver(lo->key, (uint64) lo->amount) == MC_OK)
-		{
-			*link = lo->next;
-			pfree(lo);
-		}
-		else
-			link = &lo->next;
-	}
 	if (Leftovers == NULL || !OidIsValid(MyDatabaseId))
 		return;
 	PG_TRY();
@@ -345,6 +369,7 @@ BufferAtExit(int code, Datum arg)
 		AbortOutOfAnyTransaction();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
+		ForgetOtherInstallations(ConfigRelid("counter_config"));
 		for (Leftover *lo = Leftovers; lo; lo = lo->next)
 			(void) CounterApply(lo->counter_id, lo->shard, lo->amount, lo->name, NULL, 0);
 		PopActiveSnapshot();
@@ -400,6 +425,10 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 	GiveBack   *gb;
 
 	EnsureExitCallback();
+	/* nothing to move: take no lock (flush_counters may visit every counter) */
+	r = McGet(key, &amount);
+	if (r == MC_MISSING || (r == MC_OK && amount <= 0))
+		return 0;
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, SHARDED_SEQ_FLUSH_CLASS, (uint32) counter_id, 2);
 	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
 		return -1;
@@ -425,6 +454,7 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 		return -1;
 	}
 	strlcpy(gb->key, key, sizeof(gb->key));
+	gb->install = ConfigRelid("counter_config");
 	gb->counter_id = counter_id;
 	gb->shard = shard;
 	strlcpy(gb->name, name, NAMEDATALEN);

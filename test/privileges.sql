@@ -1,6 +1,6 @@
 -- E3: privileges work the PostgreSQL way.
 BEGIN;
-SELECT plan(35);
+SELECT plan(38);
 
 CREATE ROLE ss_owner;
 CREATE ROLE ss_app;
@@ -15,6 +15,11 @@ SELECT lives_ok($$SELECT counter_incr('priv_ctr')$$, 'the owner can increment');
 RESET ROLE;
 
 SELECT relid::text AS shard_rel FROM sharded_seq.sequence_shards LIMIT 1 \gset
+SELECT id AS priv_ctr_id FROM sharded_seq.counter_config WHERE name = 'priv_ctr' \gset
+SET ROLE ss_owner;
+SELECT isnt((SELECT total FROM sharded_seq.counters WHERE name = 'priv_ctr'), NULL,
+            'the counters view shows the owner its counter''s total');
+RESET ROLE;
 
 SET ROLE ss_stranger;
 SELECT throws_ok($$SELECT sharded_nextval('priv_seq')$$, '42501', NULL, 'a role without a grant cannot draw');
@@ -32,6 +37,9 @@ SELECT throws_ok($$UPDATE sharded_seq.counter_shards SET value = 0$$, '42501', N
 SELECT throws_ok(format('SELECT pg_catalog.setval(%L, 0)', :'shard_rel'), '42501', NULL, 'shard sequences cannot be reset directly');
 SELECT throws_ok(format('SELECT pg_catalog.nextval(%L)', :'shard_rel'), '42501', NULL, 'shard sequences cannot be drawn from directly');
 SELECT lives_ok($$SELECT count(*) FROM sharded_seq.sequences$$, 'anyone can list sequences');
+SELECT is((SELECT total FROM sharded_seq.counters WHERE name = 'priv_ctr'), NULL,
+          'the counters view lists a counter, but not its total, to a role that may not read it');
+SELECT is(sharded_seq.counter_total(:priv_ctr_id), NULL, '... nor does the function behind it');
 RESET ROLE;
 
 SET ROLE ss_owner;

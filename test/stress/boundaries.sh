@@ -130,6 +130,12 @@ expect "a role without rights on a counter flushes nothing" "$flushed" 0
 expect "... and takes nothing from it" "$(total)" 37
 expect "... whose amount still waits in memcached" "$(pending)" "$P0"
 
+# a flush locks only counters that have an amount to move
+q "SELECT count(sharded_seq.create_counter('quiet_' || g)) FROM generate_series(1, 300) g" >/dev/null
+expect "flush_counters() over 300 quiet counters and one with an amount: advisory locks held" \
+    "$(psql -qXAt -d stress -c "BEGIN" -c "SELECT sharded_seq.flush_counters()" \
+        -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()" -c "ROLLBACK" | tail -1)" 1
+
 # a transaction that incremented while buffered commits after alter to exact
 session_send A "BEGIN; SELECT counter_incr('bA', 3);"
 session_sync A
@@ -181,6 +187,19 @@ DB=reinstall q "SELECT sharded_nextval('ms') FROM generate_series(1, 150)" >"$WO
 DB=reinstall q "SELECT sharded_nextval('ms') FROM generate_series(1, 150)" >"$WORK/new.2.out"
 python3 "$HERE/check_values.py" "$WORK"/new.*.out
 expect "the new install's counter starts at zero" "$(DB=reinstall q "SELECT counter_value('bc')")" 0
+
+# the same, when both installations came through version 1.0 and an update
+psql -qX -d postgres -c "CREATE DATABASE via10" >/dev/null
+DB=via10 q "CREATE EXTENSION sharded_seq VERSION '1.0'"
+DB=via10 q "SELECT sharded_seq.create_sequence('ms', tier => 'memcached', block => 1000)" >/dev/null
+DB=via10 q "SELECT sharded_nextval('ms') FROM generate_series(1, 5)" >/dev/null
+DB=via10 q "DROP EXTENSION sharded_seq CASCADE; CREATE EXTENSION sharded_seq VERSION '1.0'; ALTER EXTENSION sharded_seq UPDATE"
+expect "an update from 1.0 with nothing in memcached draws a token of its own" "$(DB=via10 q "SELECT token <> 0 FROM sharded_seq.installation")" t
+DB=via10 q "SELECT sharded_seq.create_sequence('ms2', tier => 'memcached', block => 1000)" >/dev/null
+DB=via10 q "SELECT sharded_nextval('ms2') FROM generate_series(1, 5)" >"$WORK/via10.1.out"
+psql -qXAt -d via10 -c "SET sharded_seq.memcached_servers = '127.0.0.1:$(free_port)'" \
+    -c "SELECT sharded_nextval('ms2') FROM generate_series(1, 20)" >"$WORK/via10.2.out"
+python3 "$HERE/check_values.py" "$WORK"/via10.*.out
 fi
 
 if want 5; then
@@ -230,16 +249,41 @@ DEAD_PORT="$(free_port)"    # nothing listens there: the first commit finds it d
 q "SELECT sharded_seq.create_counter('lb', mode => 'buffered')" >/dev/null
 session_open L
 session_send L "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT';"
-session_send L "SELECT counter_incr('lb', 5);"
+# the read inside counter_incr finds memcached down; a second later the
+# commit no longer knows it, chooses memcached, and finds it down after commit
+leftover() { session_send L "BEGIN; SELECT counter_incr('lb', $1); SELECT pg_sleep(1.2); COMMIT;"; }
+leftover 5
 session_send L "SELECT 'seen here: ' || counter_value('lb');"
 session_sync L
-expect "the committing session still counts its amount" "$(grep -c '^seen here: 5$' "$WORK/L.out")" 1
+expect "an amount that found memcached gone after its commit is not in the rows yet" "$(q "SELECT counter_value('lb')")" 0
+expect "... but the committing session counts it" "$(grep -c '^seen here: 5$' "$WORK/L.out")" 1
 session_send L "SELECT counter_incr('lb', 7);"
 session_sync L
 expect "its next commit writes the rows, with the earlier amount" "$(q "SELECT counter_value('lb')")" 12
-session_send L "SELECT pg_sleep(1.2); SELECT counter_incr('lb', 3);"
+leftover 3
 session_sync L
+expect "another amount left over" "$(q "SELECT counter_value('lb')")" 12
+q "SELECT sharded_seq.alter_counter('lb', mode => 'exact')" >/dev/null
 session_close L
-expect "an amount left when the session ends is written at exit" "$(q "SELECT counter_value('lb')")" 15
-expect "... with nothing in memcached, and no error" "$(q "SELECT pending FROM sharded_seq.counters WHERE name = 'lb'") $(errors_of L)" "0 "
+expect "an amount left when the session ends is written to the rows at exit, after a switch to exact" \
+    "$(q "SELECT counter_value('lb')")" 15
+expect "... with nothing in memcached, and no error" "$(q "SELECT sharded_seq.counter_pending(id) FROM sharded_seq.counter_config WHERE name = 'lb'") $(errors_of L)" "0 "
+
+# a leftover never reaches a counter of a later installation
+psql -qX -d postgres -c "CREATE DATABASE leftover" >/dev/null
+DB=leftover q "CREATE EXTENSION sharded_seq"
+DB=leftover q "SELECT sharded_seq.create_counter('old_c', mode => 'buffered')" >/dev/null
+session_open M leftover
+session_send M "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT';"
+session_send M "BEGIN; SELECT counter_incr('old_c', 5); SELECT pg_sleep(1.2); COMMIT;"
+session_sync M
+DB=leftover q "DROP EXTENSION sharded_seq CASCADE; CREATE EXTENSION sharded_seq"
+DB=leftover q "SELECT sharded_seq.create_counter('victim')" >/dev/null
+expect "the new installation's counter with the same id" "$(DB=leftover q "SELECT id FROM sharded_seq.counter_config WHERE name = 'victim'")" 1
+session_send M "SELECT 'victim seen here: ' || counter_value('victim');"
+session_send M "SELECT pg_sleep(1.2); SELECT counter_incr('mine', 1);"
+session_sync M
+session_close M
+expect "... is not given the old installation's leftover, in that session" "$(grep -c '^victim seen here: 0$' "$WORK/M.out")" 1
+expect "... nor in its rows, after a commit and the session's exit" "$(DB=leftover q "SELECT counter_value('victim')")" 0
 fi
