@@ -280,6 +280,18 @@ CheckCounterPrivilege(CounterEntry *entry, AclMode mode)
 
 /* ---- commit ---- */
 
+/* One counter's net amount at commit. */
+typedef struct CommitItem
+{
+	int32		counter_id;
+	int32		shard;
+	const char *name;
+	CounterEntry *entry;
+	int128		amount;
+	ShardRef   *known;			/* where the shard rows were last seen */
+	int			nknown;
+} CommitItem;
+
 static int
 CompareItems(const void *a, const void *b)
 {
@@ -291,8 +303,8 @@ CompareItems(const void *a, const void *b)
 
 /*
  * Add an amount to the counter's shard rows in this transaction.  A counter
- * that is gone takes nothing: silently if this transaction dropped it, or if
- * the amount is only a leftover of an earlier transaction; else with an error.
+ * this transaction dropped takes nothing; one dropped by another session
+ * fails the commit.
  */
 static void
 ApplyToRows(CommitItem *item, int64 amount)
@@ -300,7 +312,7 @@ ApplyToRows(CommitItem *item, int64 amount)
 	if (CounterApply(item->counter_id, item->shard, amount, item->name,
 					 item->known, item->nknown))
 		return;
-	if (DroppedInXact(item->counter_id) || item->entry == NULL)
+	if (DroppedInXact(item->counter_id))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -316,12 +328,12 @@ ApplyToRows(CommitItem *item, int64 amount)
 static bool
 TryBuffer(CommitItem *item, int64 amount, bool preparing)
 {
-	CounterEntry *entry = (CounterEntry *) item->entry;
+	CounterEntry *entry = item->entry;
 
 	if (preparing || amount <= 0 || (uint64) amount > MC_MAX_DELTA ||
 		!McEnabled() || McRecentlyDown())
 		return false;
-	if (entry == NULL || !entry->buffered || DroppedInXact(item->counter_id))
+	if (!entry->buffered || DroppedInXact(item->counter_id))
 		return false;
 
 	/*
@@ -340,8 +352,9 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 }
 
 /*
- * Apply every counter's net amount, in counter id order, once.  Amounts that
- * earlier commits could not hand to memcached ride along.
+ * Apply every counter's net amount, in counter id order, once.  Then the
+ * amounts that earlier commits could not hand to memcached, if the rows can
+ * take them without waiting.
  */
 static void
 ApplyPending(bool preparing)
@@ -350,8 +363,6 @@ ApplyPending(bool preparing)
 	PendingCounter *pc;
 	CommitItem *items;
 	long		n = 0;
-	long		cap;
-	long		merged = 0;
 
 	if (preparing && FlushedInXact())
 		ereport(ERROR,
@@ -362,8 +373,7 @@ ApplyPending(bool preparing)
 	if (Pending == NULL)
 		return;					/* leftovers ride only with counter work */
 
-	cap = hash_get_num_entries(Pending) + CountLeftovers() + 1;
-	items = palloc0(cap * sizeof(CommitItem));
+	items = palloc0(hash_get_num_entries(Pending) * sizeof(CommitItem));
 	hash_seq_init(&status, Pending);
 	while ((pc = hash_seq_search(&status)) != NULL)
 	{
@@ -377,31 +387,9 @@ ApplyPending(bool preparing)
 		item->known = pc->known;
 		item->nknown = pc->nknown;
 	}
-	if (!preparing)
-		n = TakeLeftovers(items, n);
 	qsort(items, n, sizeof(CommitItem), CompareItems);
 
-	/* one item per counter */
 	for (long i = 0; i < n; i++)
-	{
-		if (merged > 0 && items[merged - 1].counter_id == items[i].counter_id)
-		{
-			CommitItem *into = &items[merged - 1];
-
-			into->amount += items[i].amount;
-			if (into->entry == NULL && items[i].entry != NULL)
-			{
-				into->entry = items[i].entry;
-				into->name = items[i].name;
-				into->known = items[i].known;
-				into->nknown = items[i].nknown;
-			}
-		}
-		else
-			items[merged++] = items[i];
-	}
-
-	for (long i = 0; i < merged; i++)
 	{
 		CommitItem *item = &items[i];
 		int64		amount;
@@ -418,6 +406,8 @@ ApplyPending(bool preparing)
 		if (!TryBuffer(item, amount, preparing))
 			ApplyToRows(item, amount);
 	}
+	if (!preparing)
+		ApplyLeftovers();
 	Pending = NULL;
 }
 

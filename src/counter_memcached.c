@@ -9,11 +9,12 @@
  * Nothing is sent to memcached before the transaction's commit is final, so
  * an abort after PRE_COMMIT (a serialization failure, a later pre-commit
  * step, ROLLBACK PREPARED) never leaves an increment counted.  Code that runs
- * after commit cannot raise errors: it uses libmemcached and memory that was
- * set aside before commit.  An amount that finds no memcached server after
- * commit becomes a leftover of this backend; it goes to the shard rows with
- * the backend's next counter commit, or when the backend exits, and only in
- * the installation of the extension it was committed in.
+ * after commit or during abort cannot raise errors: it uses libmemcached and
+ * nodes allocated before, moving them between lists.  An amount that finds
+ * no memcached server after commit becomes a leftover of this backend: it
+ * goes to the shard rows with the backend's next counter commit (without
+ * waiting, and never failing that commit), or when the backend exits, and
+ * only in the installation of the extension it was committed in.
  */
 #include "postgres.h"
 
@@ -30,47 +31,28 @@
 
 #define MC_KEY_LEN 250
 
-/* An amount to add to memcached once this transaction has committed. */
-typedef struct AfterCommit
+/*
+ * An amount of one counter on its way: to memcached after commit, back to
+ * memcached after an undone flush, or to the rows (a leftover).
+ */
+typedef struct Amount
 {
-	char		key[MC_KEY_LEN];
-	Oid			install;		/* counter_config's OID: which installation */
+	char		key[MC_KEY_LEN];	/* the counter's memcached key */
+	Oid			install;		/* counter_config's OID: ids are reused by a
+								 * later installation */
 	int32		counter_id;
 	int32		shard;
 	char		name[NAMEDATALEN];
 	uint64		amount;
-	struct AfterCommit *next;
-} AfterCommit;
-
-/* An amount a flush took from memcached, given back if its work is undone. */
-typedef struct GiveBack
-{
-	char		key[MC_KEY_LEN];
-	Oid			install;
-	int32		counter_id;
-	int32		shard;
-	char		name[NAMEDATALEN];
-	uint64		amount;
-	SubTransactionId subid;
-	struct GiveBack *next;
-} GiveBack;
-
-/* A committed amount that memcached could not take: it goes to the rows. */
-typedef struct Leftover
-{
-	Oid			install;		/* ids are reused by a later installation */
-	int32		counter_id;
-	int32		shard;
-	char		name[NAMEDATALEN];
-	int64		amount;
-	bool		taken;			/* by the transaction now committing */
-	struct Leftover *next;
-} Leftover;
+	SubTransactionId subid;		/* give-backs: the flush's subtransaction */
+	bool		taken;			/* leftovers: written by the committing xact */
+	struct Amount *next;
+} Amount;
 
 /* all in TopMemoryContext */
-static AfterCommit *AfterCommits = NULL;
-static GiveBack *GiveBacks = NULL;
-static Leftover *Leftovers = NULL;
+static Amount *AfterCommits = NULL;
+static Amount *GiveBacks = NULL;
+static Amount *Leftovers = NULL;
 
 static void EnsureExitCallback(void);
 
@@ -78,6 +60,23 @@ static char *
 PendingKeyName(int32 counter_id)
 {
 	return McKey("ctr:%d:pending", counter_id);
+}
+
+/* A node for counter_id, allocated before anything is sent. */
+static Amount *
+NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount)
+{
+	Amount	   *a = MemoryContextAllocZero(TopMemoryContext, sizeof(Amount));
+
+	strlcpy(a->key, PendingKeyName(counter_id), MC_KEY_LEN);
+	a->install = ConfigRelid("counter_config");
+	a->counter_id = counter_id;
+	a->shard = shard;
+	strlcpy(a->name, name, NAMEDATALEN);
+	a->amount = amount;
+	/* the local statistics entry too: no allocation after commit */
+	StatsCount(KIND_COUNTER, counter_id, STAT_HITS, 0);
+	return a;
 }
 
 /*
@@ -102,40 +101,33 @@ Deliver(const char *key, uint64 amount)
 	return MC_UNKNOWN;
 }
 
+/*
+ * Deliver a node, counting a success as a hit if count_hit; keep it as a
+ * leftover if no server took it, else free it.
+ */
 static void
-AddLeftover(Oid install, int32 counter_id, int32 shard, const char *name,
-			uint64 amount)
+DeliverOrKeep(Amount *a, bool count_hit)
 {
-	Leftover   *lo;
-
-	for (lo = Leftovers; lo; lo = lo->next)
-		if (lo->install == install && lo->counter_id == counter_id && !lo->taken &&
-			(uint64) lo->amount + amount <= (uint64) PG_INT64_MAX)
-		{
-			lo->amount += (int64) amount;
-			return;
-		}
-	lo = MemoryContextAlloc(TopMemoryContext, sizeof(Leftover));
-	lo->install = install;
-	lo->counter_id = counter_id;
-	lo->shard = shard;
-	strlcpy(lo->name, name, NAMEDATALEN);
-	lo->amount = (int64) amount;
-	lo->taken = false;
-	lo->next = Leftovers;
-	Leftovers = lo;
-}
-
-/* Give back what a flush took; if memcached cannot take it, the rows will. */
-static void
-GiveBackNow(GiveBack *gb)
-{
-	McResult	r = Deliver(gb->key, gb->amount);
+	McResult	r = Deliver(a->key, a->amount);
 
 	if (r == MC_DOWN)
-		AddLeftover(gb->install, gb->counter_id, gb->shard, gb->name, gb->amount);
-	else if (r != MC_OK)
-		StatsCount(KIND_COUNTER, gb->counter_id, STAT_ERRORS, 1);
+	{
+		/* nothing reached memcached: the rows will take it */
+		StatsCount(KIND_COUNTER, a->counter_id, STAT_FALLBACKS, 1);
+		a->taken = false;
+		a->next = Leftovers;
+		Leftovers = a;
+		return;
+	}
+	/*
+	 * An unknown outcome may or may not have counted.  Writing it to the rows
+	 * too could count it twice, so it is left: at worst it is lost.
+	 */
+	if (r != MC_OK)
+		StatsCount(KIND_COUNTER, a->counter_id, STAT_ERRORS, 1);
+	else if (count_hit)
+		StatsCount(KIND_COUNTER, a->counter_id, STAT_HITS, 1);
+	pfree(a);
 }
 
 /*
@@ -147,20 +139,13 @@ void
 BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 				  const char *name, int64 *claim_interval)
 {
-	AfterCommit *ac;
+	Amount	   *a;
 	int64		interval = (int64) time(NULL) / CounterFlushInterval;
 
 	EnsureExitCallback();
-	ac = MemoryContextAlloc(TopMemoryContext, sizeof(AfterCommit));
-
-	strlcpy(ac->key, PendingKeyName(counter_id), MC_KEY_LEN);
-	ac->install = ConfigRelid("counter_config");
-	ac->counter_id = counter_id;
-	ac->shard = shard;
-	strlcpy(ac->name, name, NAMEDATALEN);
-	ac->amount = (uint64) amount;
-	ac->next = AfterCommits;
-	AfterCommits = ac;
+	a = NewAmount(counter_id, shard, name, (uint64) amount);
+	a->next = AfterCommits;
+	AfterCommits = a;
 
 	/* each backend asks once per interval; memcached's add picks one asker */
 	if (*claim_interval != interval)
@@ -176,11 +161,11 @@ BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 void
 BufferAtCommit(void)
 {
-	Leftover  **link = &Leftovers;
+	Amount	  **link = &Leftovers;
 
 	while (*link)
 	{
-		Leftover   *lo = *link;
+		Amount	   *lo = *link;
 
 		if (lo->taken)
 		{
@@ -192,35 +177,25 @@ BufferAtCommit(void)
 	}
 	while (AfterCommits)
 	{
-		AfterCommit *ac = AfterCommits;
-		McResult	r = Deliver(ac->key, ac->amount);
+		Amount	   *a = AfterCommits;
 
-		if (r == MC_OK)
-			StatsCount(KIND_COUNTER, ac->counter_id, STAT_HITS, 1);
-		else if (r == MC_DOWN)
-		{
-			/* nothing reached memcached: the rows will take it */
-			StatsCount(KIND_COUNTER, ac->counter_id, STAT_FALLBACKS, 1);
-			AddLeftover(ac->install, ac->counter_id, ac->shard, ac->name, ac->amount);
-		}
-		else
-		{
-			/*
-			 * It may or may not be in memcached.  Writing it to the rows too
-			 * could count it twice, so it is left: at worst it is lost.
-			 */
-			StatsCount(KIND_COUNTER, ac->counter_id, STAT_ERRORS, 1);
-		}
-		AfterCommits = ac->next;
-		pfree(ac);
+		AfterCommits = a->next;
+		DeliverOrKeep(a, true);
 	}
 	while (GiveBacks)
 	{
-		GiveBack   *gb = GiveBacks;
+		Amount	   *gb = GiveBacks;
 
 		GiveBacks = gb->next;
 		pfree(gb);
 	}
+}
+
+/* Give back what an undone flush took; if memcached cannot take it, the rows will. */
+static void
+GiveBackNow(Amount *gb)
+{
+	DeliverOrKeep(gb, false);
 }
 
 void
@@ -228,20 +203,19 @@ BufferAtAbort(void)
 {
 	while (AfterCommits)
 	{
-		AfterCommit *ac = AfterCommits;
+		Amount	   *a = AfterCommits;
 
-		AfterCommits = ac->next;
-		pfree(ac);
+		AfterCommits = a->next;
+		pfree(a);
 	}
-	for (Leftover *lo = Leftovers; lo; lo = lo->next)
+	for (Amount *lo = Leftovers; lo; lo = lo->next)
 		lo->taken = false;
 	while (GiveBacks)
 	{
-		GiveBack   *gb = GiveBacks;
+		Amount	   *gb = GiveBacks;
 
-		GiveBackNow(gb);
 		GiveBacks = gb->next;
-		pfree(gb);
+		GiveBackNow(gb);
 	}
 }
 
@@ -249,19 +223,18 @@ BufferAtAbort(void)
 void
 BufferAtSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
 {
-	GiveBack  **link = &GiveBacks;
+	Amount	  **link = &GiveBacks;
 
 	while (*link)
 	{
-		GiveBack   *gb = *link;
+		Amount	   *gb = *link;
 
 		if (gb->subid != subid)
 			link = &gb->next;
 		else if (aborted)
 		{
-			GiveBackNow(gb);
 			*link = gb->next;
-			pfree(gb);
+			GiveBackNow(gb);
 		}
 		else
 		{
@@ -284,17 +257,17 @@ FlushedInXact(void)
 static void
 ForgetOtherInstallations(Oid install)
 {
-	Leftover  **link = &Leftovers;
+	Amount	  **link = &Leftovers;
 
 	while (*link)
 	{
-		Leftover   *lo = *link;
+		Amount	   *lo = *link;
 
 		if (lo->install != install && !lo->taken)
 		{
 			ereport(LOG,
-					(errmsg("sharded_seq: %lld committed increments of counter \"%s\" were dropped with its extension",
-							(long long) lo->amount, lo->name)));
+					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were dropped with its extension",
+							(unsigned long long) lo->amount, lo->name)));
 			*link = lo->next;
 			pfree(lo);
 		}
@@ -313,51 +286,60 @@ LeftoverAmount(int32 counter_id)
 	if (Leftovers == NULL)
 		return 0;
 	install = ConfigRelid("counter_config");
-	for (Leftover *lo = Leftovers; lo; lo = lo->next)
+	for (Amount *lo = Leftovers; lo; lo = lo->next)
 		if (lo->install == install && lo->counter_id == counter_id)
-			n += lo->amount;
+			n += (int64) lo->amount;
 	return n;
 }
 
-long
-CountLeftovers(void)
+/*
+ * Try to write one leftover to the rows, never waiting and never raising an
+ * error.  Returns false only if every shard is held: then try again later.
+ */
+static bool
+WriteLeftover(Amount *lo)
 {
-	long		n = 0;
-
-	for (Leftover *lo = Leftovers; lo; lo = lo->next)
-		n += !lo->taken;
-	return n;
+	switch (CounterTryApply(lo->counter_id, lo->shard, (int64) lo->amount))
+	{
+		case APPLY_DONE:
+			return true;
+		case APPLY_BUSY:
+			return false;
+		case APPLY_GONE:
+			return true;		/* dropped: nothing left to count it in */
+		case APPLY_FULL:
+			ereport(LOG,
+					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were lost: its total is at the bigint limit",
+							(unsigned long long) lo->amount, lo->name)));
+			return true;
+	}
+	return true;
 }
 
-/* Append the leftovers to a commit's items, marking them taken. */
-long
-TakeLeftovers(CommitItem *items, long n)
+/*
+ * At a counter commit (PRE_COMMIT, after the commit's own counters): write
+ * the leftovers whose rows are free.  The rest wait for a later commit.
+ */
+void
+ApplyLeftovers(void)
 {
 	if (Leftovers == NULL)
-		return n;
+		return;
 	ForgetOtherInstallations(ConfigRelid("counter_config"));
-	for (Leftover *lo = Leftovers; lo; lo = lo->next)
-	{
-		CommitItem *item;
-
-		if (lo->taken)
-			continue;
-		item = &items[n++];
-		memset(item, 0, sizeof(CommitItem));
-		item->counter_id = lo->counter_id;
-		item->shard = lo->shard;
-		item->name = lo->name;
-		item->amount = lo->amount;
-		lo->taken = true;
-	}
-	return n;
+	/* see this commit's own updates of the same rows */
+	CommandCounterIncrement();
+	for (Amount *lo = Leftovers; lo; lo = lo->next)
+		if (!lo->taken && WriteLeftover(lo))
+			lo->taken = true;
 }
 
 /*
  * A backend that exits with leftovers writes them to the rows in a
  * transaction of its own, as PostgreSQL does when it removes temporary tables
  * at exit.  Never to memcached: the counter may have left buffered mode, and
- * an answer that times out would leave it unknown whether it counted.
+ * an answer that times out would leave it unknown whether it counted.  It
+ * waits at most a second for rows that other transactions hold: interrupts
+ * are held off at exit, so a lock wait could not be cancelled.
  */
 static void
 BufferAtExit(int code, Datum arg)
@@ -368,12 +350,30 @@ BufferAtExit(int code, Datum arg)
 	{
 		AbortOutOfAnyTransaction();
 		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
 		ForgetOtherInstallations(ConfigRelid("counter_config"));
-		for (Leftover *lo = Leftovers; lo; lo = lo->next)
-			(void) CounterApply(lo->counter_id, lo->shard, lo->amount, lo->name, NULL, 0);
-		PopActiveSnapshot();
+		for (int attempt = 0; attempt < 20; attempt++)
+		{
+			bool		busy = false;
+
+			for (Amount *lo = Leftovers; lo; lo = lo->next)
+				if (!lo->taken)
+				{
+					if (WriteLeftover(lo))
+						lo->taken = true;
+					else
+						busy = true;
+				}
+			if (!busy)
+				break;
+			pg_usleep(50000L);
+		}
 		CommitTransactionCommand();
+		for (Amount *lo = Leftovers; lo; lo = lo->next)
+			if (!lo->taken)
+				ereport(LOG,
+						(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were lost at exit",
+								(unsigned long long) lo->amount, lo->name),
+						 errdetail("memcached could not be reached after they committed, and other transactions held the counter's rows.")));
 		Leftovers = NULL;
 	}
 	PG_CATCH();
@@ -381,11 +381,12 @@ BufferAtExit(int code, Datum arg)
 		EmitErrorReport();
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
-		for (Leftover *lo = Leftovers; lo; lo = lo->next)
+		for (Amount *lo = Leftovers; lo; lo = lo->next)
 			ereport(LOG,
-					(errmsg("sharded_seq: %lld committed increments of counter \"%s\" were lost at exit",
-							(long long) lo->amount, lo->name),
+					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were lost at exit",
+							(unsigned long long) lo->amount, lo->name),
 					 errdetail("memcached could not be reached after they committed, nor the database at exit.")));
+		Leftovers = NULL;
 	}
 	PG_END_TRY();
 }
@@ -422,7 +423,7 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 	int64		amount;
 	uint64		left;
 	McResult	r;
-	GiveBack   *gb;
+	Amount	   *gb;
 
 	EnsureExitCallback();
 	/* nothing to move: take no lock (flush_counters may visit every counter) */
@@ -444,22 +445,17 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 		return 0;
 	/* at most what one decrement can take; the rest waits for the next flush */
 	amount = Min(amount, (int64) MC_MAX_DELTA);
-	/* memory for the give-back first: nothing may fail between decr and recording it */
-	gb = MemoryContextAlloc(TopMemoryContext, sizeof(GiveBack));
+	/* the give-back is made first: nothing may fail between decr and recording it */
+	gb = NewAmount(counter_id, shard, name, (uint64) amount);
+	gb->subid = GetCurrentSubTransactionId();
 	/* taken out first: a read may then miss it for a moment, never count it twice */
 	if (McDecr(key, (uint64) amount, &left) != MC_OK)
 	{
+		/* if it was applied after all (a timeout), that amount is lost */
 		pfree(gb);
 		StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
 		return -1;
 	}
-	strlcpy(gb->key, key, sizeof(gb->key));
-	gb->install = ConfigRelid("counter_config");
-	gb->counter_id = counter_id;
-	gb->shard = shard;
-	strlcpy(gb->name, name, NAMEDATALEN);
-	gb->amount = (uint64) amount;
-	gb->subid = GetCurrentSubTransactionId();
 	gb->next = GiveBacks;
 	GiveBacks = gb;
 	if (!CounterApply(counter_id, shard, amount, name, NULL, 0))

@@ -376,15 +376,12 @@ TryShards(Relation rel, int32 counter_id, int32 preferred, ShardRef *refs,
 }
 
 /*
- * Add delta to one shard of the counter, at commit: this session's shard if
- * free, else the next free one; only when every shard is held, wait for them
- * in turn.  known/nknown are where the increment last saw the shard rows; if
- * none of them takes the update, the rows are looked up afresh.  Returns
- * false if the counter has no shard rows left.
+ * Add delta to one shard: the preferred one if free, else the next free one;
+ * with wait, when every shard is held, wait for them in turn.
  */
-bool
-CounterApply(int32 counter_id, int32 preferred, int64 delta, const char *name,
-			 ShardRef *known, int nknown)
+static ShardResult
+ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
+			 int nknown, bool wait)
 {
 	Relation	rel;
 	ShardRef   *refs = NULL;
@@ -401,12 +398,28 @@ CounterApply(int32 counter_id, int32 preferred, int64 delta, const char *name,
 	{
 		(void) ScanShards(rel, counter_id, GetActiveSnapshot(), &refs, &n);
 		r = TryShards(rel, counter_id, preferred, refs, n, delta, false);
-		if (r == SHARD_BUSY)
+		if (r == SHARD_BUSY && wait)
 			r = TryShards(rel, counter_id, preferred, refs, n, delta, true);
 	}
 
 	table_close(rel, RowExclusiveLock);
 	PopActiveSnapshot();
+	return r;
+}
+
+/*
+ * Add delta to one shard of the counter, at commit: this session's shard if
+ * free, else the next free one; only when every shard is held, wait for them
+ * in turn.  known/nknown are where the increment last saw the shard rows; if
+ * none of them takes the update, the rows are looked up afresh.  Returns
+ * false if the counter has no shard rows left.
+ */
+bool
+CounterApply(int32 counter_id, int32 preferred, int64 delta, const char *name,
+			 ShardRef *known, int nknown)
+{
+	ShardResult r = ApplyToShard(counter_id, preferred, delta, known, nknown, true);
+
 	if (r == SHARD_FULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
@@ -414,4 +427,21 @@ CounterApply(int32 counter_id, int32 preferred, int64 delta, const char *name,
 				 errdetail("No shard can take %lld more.", (long long) delta),
 				 errhint("The transaction was rolled back and nothing was changed.  Keep totals within bigint.")));
 	return r == SHARD_UPDATED;
+}
+
+/* The same, never waiting, and reporting instead of raising an error. */
+CounterApplyResult
+CounterTryApply(int32 counter_id, int32 preferred, int64 delta)
+{
+	switch (ApplyToShard(counter_id, preferred, delta, NULL, 0, false))
+	{
+		case SHARD_UPDATED:
+			return APPLY_DONE;
+		case SHARD_BUSY:
+			return APPLY_BUSY;
+		case SHARD_FULL:
+			return APPLY_FULL;
+		default:
+			return APPLY_GONE;
+	}
 }

@@ -143,21 +143,20 @@ extern int128 CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs,
 extern bool CounterApply(int32 counter_id, int32 preferred, int64 delta,
 						 const char *name, ShardRef *known, int nknown);
 
+typedef enum CounterApplyResult
+{
+	APPLY_DONE,
+	APPLY_BUSY,					/* every shard held by another transaction */
+	APPLY_GONE,					/* the counter has no rows */
+	APPLY_FULL					/* no shard can take the amount */
+} CounterApplyResult;
+
+extern CounterApplyResult CounterTryApply(int32 counter_id, int32 preferred,
+										  int64 delta);
+
 /* counter.c */
 extern void CounterInit(void);
 extern void CounterDroppedInXact(int32 counter_id);
-
-/* One counter's net amount at commit (counter.c, counter_memcached.c). */
-typedef struct CommitItem
-{
-	int32		counter_id;
-	int32		shard;
-	const char *name;
-	void	   *entry;			/* the backend's CounterEntry; NULL for a leftover */
-	int128		amount;
-	ShardRef   *known;			/* where the shard rows were last seen */
-	int			nknown;
-} CommitItem;
 
 /* counter_memcached.c: write-behind through memcached (mode 'buffered') */
 extern void BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
@@ -167,9 +166,8 @@ extern void BufferAtAbort(void);
 extern void BufferAtSubXact(bool aborted, SubTransactionId subid,
 							SubTransactionId parent);
 extern bool FlushedInXact(void);
-extern long CountLeftovers(void);
 extern int64 LeftoverAmount(int32 counter_id);
-extern long TakeLeftovers(CommitItem *items, long n);
+extern void ApplyLeftovers(void);
 extern int64 FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait);
 extern bool MemcachedPending(int32 counter_id, int64 *amount);
 

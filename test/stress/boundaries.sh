@@ -269,6 +269,44 @@ expect "an amount left when the session ends is written to the rows at exit, aft
     "$(q "SELECT counter_value('lb')")" 15
 expect "... with nothing in memcached, and no error" "$(q "SELECT sharded_seq.counter_pending(id) FROM sharded_seq.counter_config WHERE name = 'lb'") $(errors_of L)" "0 "
 
+# a leftover never holds up or fails another commit: not when its rows are
+# held by another transaction, not when its counter cannot take it
+q "SELECT sharded_seq.create_counter('held', shards => 1, mode => 'buffered'), sharded_seq.create_counter('full', shards => 1, mode => 'buffered'), sharded_seq.create_counter('other')" >/dev/null
+session_open L
+session_send L "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT'; SET lock_timeout = '3s';"
+# (one counter a transaction: the first delivery attempt tells the second that memcached is down)
+session_send L "BEGIN; SELECT counter_incr('held', 5); SELECT pg_sleep(1.2); COMMIT;"
+session_send L "BEGIN; SELECT counter_incr('full', 1000); SELECT pg_sleep(1.2); COMMIT;"
+session_sync L
+q "SELECT counter_incr('full', 9223372036854775000)" >/dev/null
+session_open H
+session_send H "BEGIN; UPDATE sharded_seq.counter_shards SET value = value WHERE counter_id = (SELECT id FROM sharded_seq.counter_config WHERE name = 'held');"
+session_sync H
+session_send L "SELECT counter_incr('other', 1);"
+session_sync L
+expect "a commit whose leftovers' rows are held, or cannot take them, neither waits nor fails" "$(errors_of L)" ""
+expect "... and counts its own increment" "$(q "SELECT counter_value('other')")" 1
+session_send H "ROLLBACK;"
+session_sync H
+session_send L "SELECT counter_incr('other', 1);"
+session_sync L
+expect "the held leftover goes to the rows with a later commit" "$(q "SELECT counter_value('held')")" 5
+expect "... and the one that cannot fit is dropped, not retried forever" "$(q "SELECT counter_value('full')") $(errors_of L)" "9223372036854775000 "
+# exit does not wait long for held rows
+session_send L "BEGIN; SELECT counter_incr('held', 4); SELECT pg_sleep(1.2); COMMIT;"
+session_sync L
+session_send H "BEGIN; UPDATE sharded_seq.counter_shards SET value = value WHERE counter_id = (SELECT id FROM sharded_seq.counter_config WHERE name = 'held');"
+session_sync H
+session_close L
+for _ in $(seq 1 100); do
+    [ "$(q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'L'")" = 0 ] && break
+    sleep 0.1
+done
+expect "a session whose leftover's rows are held still exits (within 10 s; it gives up after about one)" \
+    "$(q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'L'")" 0
+session_send H "ROLLBACK;"
+session_close H
+
 # a leftover never reaches a counter of a later installation
 psql -qX -d postgres -c "CREATE DATABASE leftover" >/dev/null
 DB=leftover q "CREATE EXTENSION sharded_seq"
