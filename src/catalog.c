@@ -209,6 +209,19 @@ ShardLayoutsStored(void)
 	return get_attnum(ConfigRelid("sequence_shards"), "gen_base") != InvalidAttrNumber;
 }
 
+/*
+ * Which installation of the extension is in force: counter_config's OID, or
+ * InvalidOid when the extension is not installed (say, dropped by this very
+ * transaction).  Never raises an error.
+ */
+Oid
+CurrentInstallation(void)
+{
+	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+
+	return OidIsValid(namespace) ? get_relname_relid("counter_config", namespace) : InvalidOid;
+}
+
 /* The role that owns the extension's tables, which the admin code acts as. */
 Oid
 ExtensionOwner(void)

@@ -66,6 +66,7 @@ typedef struct PendingFrame
 typedef struct PendingCounter
 {
 	int32		counter_id;		/* hash key */
+	Oid			install;		/* counter_config's OID when incremented */
 	PendingFrame *frames;		/* innermost first */
 	ShardRef   *known;			/* where the shard rows were last seen */
 	int			nknown;
@@ -126,6 +127,7 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 	pc = hash_search(Pending, &entry->id, HASH_ENTER, &found);
 	if (!found)
 	{
+		pc->install = ConfigRelid("counter_config");
 		pc->frames = NULL;
 		pc->known = NULL;
 		pc->nknown = 0;
@@ -363,6 +365,7 @@ ApplyPending(bool preparing)
 	PendingCounter *pc;
 	CommitItem *items;
 	long		n = 0;
+	Oid			install;
 
 	if (preparing && FlushedInXact())
 		ereport(ERROR,
@@ -373,11 +376,20 @@ ApplyPending(bool preparing)
 	if (Pending == NULL)
 		return;					/* leftovers ride only with counter work */
 
+	/*
+	 * Increments of an installation this transaction dropped (and perhaps
+	 * created again, with ids starting at 1) go nowhere.
+	 */
+	install = CurrentInstallation();
 	items = palloc0(hash_get_num_entries(Pending) * sizeof(CommitItem));
 	hash_seq_init(&status, Pending);
 	while ((pc = hash_seq_search(&status)) != NULL)
 	{
-		CommitItem *item = &items[n++];
+		CommitItem *item;
+
+		if (pc->install != install)
+			continue;
+		item = &items[n++];
 
 		item->counter_id = pc->counter_id;
 		item->shard = pc->entry->shard;

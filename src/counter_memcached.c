@@ -21,9 +21,11 @@
 #include <time.h>
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lock.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -112,8 +114,16 @@ DeliverOrKeep(Amount *a, bool count_hit)
 
 	if (r == MC_DOWN)
 	{
-		/* nothing reached memcached: the rows will take it */
+		/* nothing reached memcached: the rows will take it, one per counter */
 		StatsCount(KIND_COUNTER, a->counter_id, STAT_FALLBACKS, 1);
+		for (Amount *lo = Leftovers; lo; lo = lo->next)
+			if (lo->install == a->install && lo->counter_id == a->counter_id &&
+				!lo->taken && lo->amount + a->amount <= (uint64) PG_INT64_MAX)
+			{
+				lo->amount += a->amount;
+				pfree(a);
+				return;
+			}
 		a->taken = false;
 		a->next = Leftovers;
 		Leftovers = a;
@@ -294,11 +304,14 @@ LeftoverAmount(int32 counter_id)
 
 /*
  * Try to write one leftover to the rows, never waiting and never raising an
- * error.  Returns false only if every shard is held: then try again later.
+ * error.  Returns false only if its rows or table are held: then try again
+ * later.
  */
 static bool
 WriteLeftover(Amount *lo)
 {
+	/* see this transaction's own updates of the same rows */
+	CommandCounterIncrement();
 	switch (CounterTryApply(lo->counter_id, lo->shard, (int64) lo->amount))
 	{
 		case APPLY_DONE:
@@ -306,7 +319,10 @@ WriteLeftover(Amount *lo)
 		case APPLY_BUSY:
 			return false;
 		case APPLY_GONE:
-			return true;		/* dropped: nothing left to count it in */
+			ereport(LOG,
+					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were not counted: the counter was dropped",
+							(unsigned long long) lo->amount, lo->name)));
+			return true;
 		case APPLY_FULL:
 			ereport(LOG,
 					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were lost: its total is at the bigint limit",
@@ -323,11 +339,16 @@ WriteLeftover(Amount *lo)
 void
 ApplyLeftovers(void)
 {
-	if (Leftovers == NULL)
+	Oid			install;
+
+	/* a serializable commit could fail on them: a later commit writes them */
+	if (Leftovers == NULL || IsolationIsSerializable())
 		return;
-	ForgetOtherInstallations(ConfigRelid("counter_config"));
-	/* see this commit's own updates of the same rows */
-	CommandCounterIncrement();
+	/* the extension dropped in this very transaction: leave them be */
+	install = CurrentInstallation();
+	if (!OidIsValid(install))
+		return;
+	ForgetOtherInstallations(install);
 	for (Amount *lo = Leftovers; lo; lo = lo->next)
 		if (!lo->taken && WriteLeftover(lo))
 			lo->taken = true;
@@ -350,7 +371,7 @@ BufferAtExit(int code, Datum arg)
 	{
 		AbortOutOfAnyTransaction();
 		StartTransactionCommand();
-		ForgetOtherInstallations(ConfigRelid("counter_config"));
+		ForgetOtherInstallations(CurrentInstallation());
 		for (int attempt = 0; attempt < 20; attempt++)
 		{
 			bool		busy = false;

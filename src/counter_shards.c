@@ -24,6 +24,7 @@
 #include "executor/tuptable.h"
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
 #include "storage/predicate.h"
 #include "access/transam.h"
 #include "utils/snapmgr.h"
@@ -383,15 +384,34 @@ static ShardResult
 ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 			 int nknown, bool wait)
 {
+	Oid			relid = ConfigRelid("counter_shards");
 	Relation	rel;
 	ShardRef   *refs = NULL;
 	int			n = 0;
 	ShardResult r = SHARD_GONE;
 
+	if (wait)
+		rel = table_open(relid, RowExclusiveLock);
+	else
+	{
+		/* not even a table or index lock may be waited for */
+		List	   *indexes;
+		ListCell   *lc;
+
+		if (!ConditionalLockRelationOid(relid, RowExclusiveLock))
+			return SHARD_BUSY;
+		rel = table_open(relid, NoLock);
+		indexes = RelationGetIndexList(rel);
+		foreach(lc, indexes)
+			if (!ConditionalLockRelationOid(lfirst_oid(lc), RowExclusiveLock))
+			{
+				table_close(rel, NoLock);
+				return SHARD_BUSY;
+			}
+	}
+
 	/* the newest rows: a shard added or removed since our snapshot counts */
 	PushActiveSnapshot(GetLatestSnapshot());
-	rel = table_open(ConfigRelid("counter_shards"), RowExclusiveLock);
-
 	if (nknown > 0)
 		r = TryShards(rel, counter_id, preferred, known, nknown, delta, false);
 	if (r != SHARD_UPDATED)
@@ -401,9 +421,10 @@ ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 		if (r == SHARD_BUSY && wait)
 			r = TryShards(rel, counter_id, preferred, refs, n, delta, true);
 	}
-
-	table_close(rel, RowExclusiveLock);
 	PopActiveSnapshot();
+
+	/* the lock stays until the transaction ends: it wrote the table */
+	table_close(rel, NoLock);
 	return r;
 }
 

@@ -49,6 +49,7 @@ extern void ValidateBlock(int block);
 extern Oid	ExtensionOwner(void);
 extern Oid	ConfigRelid(const char *relname);
 extern bool ShardLayoutsStored(void);
+extern Oid	CurrentInstallation(void);
 typedef struct OwnerContext
 {
 	Oid			caller;			/* whose rights are checked */

@@ -13,6 +13,9 @@
 #      the shared statistics never leave their lock held.
 #   6. memcached gone between a commit's decision and its delivery: the
 #      amount goes to the rows with the next commit, or at backend exit.
+#   7. such amounts never make another commit wait or fail: a second one of
+#      the same counter while its rows are held, a table lock, SERIALIZABLE,
+#      DROP EXTENSION in the committing transaction.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -324,4 +327,62 @@ session_sync M
 session_close M
 expect "... is not given the old installation's leftover, in that session" "$(grep -c '^victim seen here: 0$' "$WORK/M.out")" 1
 expect "... nor in its rows, after a commit and the session's exit" "$(DB=leftover q "SELECT counter_value('victim')")" 0
+fi
+
+if want 7; then
+echo "== 7. amounts left over never make another commit wait or fail"
+DEAD_PORT="$(free_port)"
+q "SELECT sharded_seq.create_counter('c1', shards => 1, mode => 'buffered'), sharded_seq.create_counter('e1', shards => 1)" >/dev/null
+q "CREATE TABLE y (i int)"
+left_over() { session_send "$1" "BEGIN; SELECT counter_incr('$2', $3); SELECT pg_sleep(1.2); COMMIT;"; }
+session_open S
+session_send S "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT'; SET lock_timeout = '3s';"
+left_over S c1 5
+session_sync S
+session_open H
+session_send H "BEGIN; SELECT 1 FROM sharded_seq.counter_shards WHERE counter_id = (SELECT id FROM sharded_seq.counter_config WHERE name = 'c1') FOR UPDATE;"
+session_sync H
+left_over S c1 7        # its commit finds the first one's rows held
+session_sync S
+session_send H "COMMIT;"; session_sync H
+session_send S "SELECT pg_sleep(1.2); SELECT counter_incr('e1', 1);"
+session_sync S
+expect "two amounts of one counter left over while its rows were held both count" "$(q "SELECT counter_value('c1')")" 12
+left_over S c1 1
+session_sync S
+session_send H "BEGIN; LOCK TABLE sharded_seq.counter_shards IN SHARE MODE;"
+session_sync H
+session_send S "SELECT pg_sleep(1.2); SELECT counter_incr('c1', 0), counter_incr('e1', 0);"
+session_sync S
+expect "a commit with a leftover does not wait for a table lock on the shard rows" "$(errors_of S)" ""
+session_send H "COMMIT;"; session_sync H
+left_over S c1 2
+session_sync S
+session_send H "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT counter_value('c1'); INSERT INTO y VALUES (1);"
+session_sync H
+session_send S "SELECT pg_sleep(1.2); BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT count(*) FROM y; SELECT counter_incr('e1', 1);"
+session_sync S
+session_send H "COMMIT;"; session_sync H
+session_send S "COMMIT;"; session_sync S
+expect "a SERIALIZABLE commit does not fail because of a leftover" "$(errors_of S)" ""
+session_send S "SELECT counter_incr('e1', 1);"
+session_sync S
+expect "... which a later commit writes" "$(q "SELECT counter_value('c1') || ' ' || counter_value('e1')")" "15 3"
+psql -qX -d postgres -c "CREATE DATABASE dropping" >/dev/null
+DB=dropping q "CREATE EXTENSION sharded_seq"
+DB=dropping q "SELECT sharded_seq.create_counter('c', mode => 'buffered'), sharded_seq.create_counter('e')" >/dev/null
+session_open D dropping
+session_send D "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT';"
+left_over D c 5
+session_send D "SELECT pg_sleep(1.2); BEGIN; SELECT counter_incr('e', 1); DROP EXTENSION sharded_seq CASCADE; COMMIT;"
+session_sync D
+expect "DROP EXTENSION commits in a transaction with counter work and a leftover" "$(errors_of D) $(DB=dropping q "SELECT count(*) FROM pg_extension WHERE extname = 'sharded_seq'")" " 0"
+session_close D
+session_close S; session_close H
+for _ in $(seq 1 100); do
+    [ "$(q "SELECT count(*) FROM pg_stat_activity WHERE application_name IN ('S', 'D')")" = 0 ] && break
+    sleep 0.1
+done
+expect "the sessions exit" "$(q "SELECT count(*) FROM pg_stat_activity WHERE application_name IN ('S', 'D')")" 0
+expect "... and nothing was counted twice or lost" "$(q "SELECT counter_value('c1')")" 15
 fi
