@@ -47,51 +47,14 @@ AddRangeHint(ErrorData *edata)
 		prev_emit_log_hook(edata);
 }
 
-/* The largest timeout (ms) and flush interval (s) the settings accept. */
+/*
+ * The largest timeout (ms) and flush interval (s) the settings accept.
+ * Integer settings carry their ranges as bounds, so pg_settings shows them
+ * and PostgreSQL refuses a value outside them before any check hook could
+ * run; AddRangeHint gives that refusal its hint.
+ */
 #define MAX_TIMEOUT_MS			60000
 #define MAX_FLUSH_INTERVAL_S	86400
-
-/*
- * The ranges are the settings' bounds, so pg_settings shows them, and
- * PostgreSQL refuses a value outside them (SQLSTATE 22023, with the range in
- * the message) before any check hook runs.  The check hooks keep the
- * ranges too, with a hint that names the fix: PostgreSQL runs them, and not
- * the range check, on each setting's built-in default.
- */
-static bool
-CheckRange(int value, int max, const char *what)
-{
-	if (value >= 1 && value <= max)
-		return true;
-	GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
-	GUC_check_errdetail("%s must be between 1 and %d.", what, max);
-	GUC_check_errhint("Choose a value in that range, or RESET the setting to its default.");
-	return false;
-}
-
-static bool
-CheckShards(int *newval, void **extra, GucSource source)
-{
-	return CheckRange(*newval, SHARDED_SEQ_MAX_SHARDS, "The shard count");
-}
-
-static bool
-CheckBlock(int *newval, void **extra, GucSource source)
-{
-	return CheckRange(*newval, SHARDED_SEQ_MAX_BLOCK, "The block size");
-}
-
-static bool
-CheckTimeout(int *newval, void **extra, GucSource source)
-{
-	return CheckRange(*newval, MAX_TIMEOUT_MS, "The timeout in milliseconds");
-}
-
-static bool
-CheckInterval(int *newval, void **extra, GucSource source)
-{
-	return CheckRange(*newval, MAX_FLUSH_INTERVAL_S, "The flush interval in seconds");
-}
 
 static bool
 CheckServers(char **newval, void **extra, GucSource source)
@@ -126,22 +89,22 @@ _PG_init(void)
 							"Shards given to a sharded sequence when create_sequence() is not told.",
 							"More shards let more sessions reserve blocks at once.",
 							&DefaultSequenceShards, 4, 1, SHARDED_SEQ_MAX_SHARDS,
-							PGC_USERSET, 0, CheckShards, NULL, NULL);
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("sharded_seq.default_block",
 							"Values a session reserves at once from a sharded sequence when create_sequence() is not told.",
 							"Larger blocks cost fewer durable reservations; a session that ends leaves the rest of its block unused.",
 							&DefaultBlock, 1000, 1, SHARDED_SEQ_MAX_BLOCK,
-							PGC_USERSET, 0, CheckBlock, NULL, NULL);
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("sharded_seq.default_counter_shards",
 							"Shards given to a counter that create_counter() or counter_incr() creates without being told.",
 							"About as many shards as concurrent writers keeps increments from waiting.",
 							&DefaultCounterShards, 16, 1, SHARDED_SEQ_MAX_SHARDS,
-							PGC_USERSET, 0, CheckShards, NULL, NULL);
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("sharded_seq.default_lease_size",
 							"Values in each memcached lease of a memcached-tier sequence when create_sequence() is not told.",
 							"A lease is reserved durably from the database; memcached hands out values inside it.",
 							&DefaultLeaseSize, 10000, 1, SHARDED_SEQ_MAX_BLOCK,
-							PGC_USERSET, 0, CheckBlock, NULL, NULL);
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	/* settings that reach the network are superuser-only */
 	DefineCustomStringVariable("sharded_seq.memcached_servers",
 							   "memcached servers for the fast path, as a libmemcached list: host:port,host:port.",
@@ -151,16 +114,16 @@ _PG_init(void)
 	DefineCustomIntVariable("sharded_seq.memcached_connect_timeout",
 							"How long to wait for a memcached connection.",
 							NULL, &MemcachedConnectTimeout, 200, 1, MAX_TIMEOUT_MS,
-							PGC_SUSET, GUC_UNIT_MS, CheckTimeout, AssignTimeout, NULL);
+							PGC_SUSET, GUC_UNIT_MS, NULL, AssignTimeout, NULL);
 	DefineCustomIntVariable("sharded_seq.memcached_poll_timeout",
 							"How long to wait for a memcached reply.",
 							NULL, &MemcachedPollTimeout, 200, 1, MAX_TIMEOUT_MS,
-							PGC_SUSET, GUC_UNIT_MS, CheckTimeout, AssignTimeout, NULL);
+							PGC_SUSET, GUC_UNIT_MS, NULL, AssignTimeout, NULL);
 	DefineCustomIntVariable("sharded_seq.counter_flush_interval",
 							"How often buffered counters are written from memcached to their shard rows.",
 							"At most one flush per counter per interval; unflushed amounts are what a memcached loss can take.",
 							&CounterFlushInterval, 10, 1, MAX_FLUSH_INTERVAL_S,
-							PGC_SUSET, GUC_UNIT_S, CheckInterval, NULL, NULL);
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("sharded_seq");
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = AddRangeHint;
