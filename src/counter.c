@@ -62,11 +62,20 @@ typedef struct PendingFrame
 	struct PendingFrame *outer;
 } PendingFrame;
 
+/*
+ * A counter of one installation: ids start again at 1 after DROP and CREATE
+ * EXTENSION, which one transaction may do between two increments.
+ */
+typedef struct PendingKey
+{
+	Oid			install;		/* counter_config's OID */
+	int32		counter_id;
+} PendingKey;
+
 /* This transaction's pending amount for one counter. */
 typedef struct PendingCounter
 {
-	int32		counter_id;		/* hash key */
-	Oid			install;		/* counter_config's OID when incremented */
+	PendingKey	key;			/* hash key */
 	PendingFrame *frames;		/* innermost first */
 	ShardRef   *known;			/* where the shard rows were last seen */
 	int			nknown;
@@ -99,11 +108,15 @@ FramesSum(PendingCounter *pc)
 static int128
 PendingAmount(int32 counter_id)
 {
+	PendingKey	key;
 	PendingCounter *pc;
 
 	if (Pending == NULL)
 		return 0;
-	pc = hash_search(Pending, &counter_id, HASH_FIND, NULL);
+	memset(&key, 0, sizeof(key));
+	key.install = ConfigRelid("counter_config");
+	key.counter_id = counter_id;
+	pc = hash_search(Pending, &key, HASH_FIND, NULL);
 	return pc ? FramesSum(pc) : 0;
 }
 
@@ -111,6 +124,7 @@ static void
 AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 {
 	SubTransactionId subid = GetCurrentSubTransactionId();
+	PendingKey	key;
 	PendingCounter *pc;
 	bool		found;
 
@@ -118,16 +132,18 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 	{
 		HASHCTL		ctl;
 
-		ctl.keysize = sizeof(int32);
+		ctl.keysize = sizeof(PendingKey);
 		ctl.entrysize = sizeof(PendingCounter);
 		ctl.hcxt = TopTransactionContext;
 		Pending = hash_create("sharded_seq pending increments", 16, &ctl,
 							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
-	pc = hash_search(Pending, &entry->id, HASH_ENTER, &found);
+	memset(&key, 0, sizeof(key));
+	key.install = ConfigRelid("counter_config");
+	key.counter_id = entry->id;
+	pc = hash_search(Pending, &key, HASH_ENTER, &found);
 	if (!found)
 	{
-		pc->install = ConfigRelid("counter_config");
 		pc->frames = NULL;
 		pc->known = NULL;
 		pc->nknown = 0;
@@ -387,11 +403,11 @@ ApplyPending(bool preparing)
 	{
 		CommitItem *item;
 
-		if (pc->install != install)
+		if (pc->key.install != install)
 			continue;
 		item = &items[n++];
 
-		item->counter_id = pc->counter_id;
+		item->counter_id = pc->key.counter_id;
 		item->shard = pc->entry->shard;
 		item->name = pc->entry->name;
 		item->entry = pc->entry;

@@ -4,7 +4,7 @@
 -- after the call, concurrent DDL (alter, drop, VACUUM FULL, CLUSTER, an added
 -- index, DROP and CREATE EXTENSION) and SERIALIZABLE.
 BEGIN;
-SELECT plan(31);
+SELECT plan(33);
 \ir boundaries_setup.psql
 
 ------------------------------------------------------------------------------
@@ -167,6 +167,18 @@ SELECT is(pg_temp.state('b', $$SELECT sharded_nextval('tr')$$), '00000', 'after 
 SELECT is(pg_temp.q('b', $$SELECT sharded_nextval('tr')$$), '2', '... from the new sequence, not a block of the old one');
 SELECT is(pg_temp.state('b', $$SELECT counter_incr('tc')$$), '00000', '... and increments');
 SELECT is(pg_temp.state('a', $$SELECT sharded_seq.create_counter('tc2')$$), '00000', 'the session that reinstalled works too');
+
+-- increments on both sides of a reinstall in one transaction: counter ids
+-- start again at 1, so the new 'tc' has the old one's id
+SELECT dblink_exec('a', 'BEGIN');
+SELECT pg_temp.x('a', $$SELECT counter_incr('tc', 5)$$);
+SELECT dblink_exec('a', 'DROP EXTENSION sharded_seq CASCADE');
+SELECT dblink_exec('a', 'CREATE EXTENSION sharded_seq');
+SELECT pg_temp.x('a', $$SELECT sharded_seq.create_sequence('tr')$$);
+SELECT pg_temp.x('a', $$SELECT counter_incr('tc', 3)$$);
+SELECT is(pg_temp.state('a', 'COMMIT'), '00000', 'a transaction that increments, reinstalls and increments again commits');
+SELECT is(pg_temp.q('b', $$SELECT id || ' ' || counter_value('tc') FROM sharded_seq.counter_config WHERE name = 'tc'$$), '2 3',
+          '... and only the new installation''s increment counts, in the counter with the old one''s id');
 
 SELECT dblink_disconnect('a');
 SELECT dblink_disconnect('b');
