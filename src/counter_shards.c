@@ -303,13 +303,6 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		ShardedIndexUpdate indexes;
 		int64		newvalue;
 
-		/*
-		 * A remembered location may lie past the end of a table that VACUUM
-		 * truncated or VACUUM FULL rewrote since; we hold a lock that keeps
-		 * it from shrinking now.
-		 */
-		if (ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rel))
-			return SHARD_GONE;
 		oldtup.t_self = tid;
 		if (!heap_fetch(rel, fetch_snapshot, &oldtup, &buf, true))
 		{
@@ -380,6 +373,22 @@ TryShards(Relation rel, int32 counter_id, int32 preferred, ShardRef *refs,
  * Add delta to one shard: the preferred one if free, else the next free one;
  * with wait, when every shard is held, wait for them in turn.
  */
+/*
+ * Remembered locations may lie past the end of a table that VACUUM truncated
+ * or VACUUM FULL rewrote since they were seen.  The caller holds a lock that
+ * keeps the table from shrinking now.
+ */
+static bool
+KnownWithinTable(Relation rel, ShardRef *known, int nknown)
+{
+	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+
+	for (int i = 0; i < nknown; i++)
+		if (ItemPointerGetBlockNumber(&known[i].tid) >= nblocks)
+			return false;
+	return true;
+}
+
 static ShardResult
 ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 			 int nknown, bool wait)
@@ -412,7 +421,7 @@ ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 
 	/* the newest rows: a shard added or removed since our snapshot counts */
 	PushActiveSnapshot(GetLatestSnapshot());
-	if (nknown > 0)
+	if (nknown > 0 && KnownWithinTable(rel, known, nknown))
 		r = TryShards(rel, counter_id, preferred, known, nknown, delta, false);
 	if (r != SHARD_UPDATED)
 	{
