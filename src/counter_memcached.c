@@ -260,6 +260,15 @@ FlushedInXact(void)
 	return GiveBacks != NULL;
 }
 
+/* Log a leftover that will never be counted, and why. */
+static void
+LogNotCounted(Amount *lo, const char *why)
+{
+	ereport(LOG,
+			(errmsg("sharded_seq: %llu committed increments of counter \"%s\" will not be counted: %s",
+					(unsigned long long) lo->amount, lo->name, why)));
+}
+
 /*
  * Forget leftovers of an installation that is gone (DROP and CREATE
  * EXTENSION start counter ids again at 1): they belong to no counter now.
@@ -275,9 +284,7 @@ ForgetOtherInstallations(Oid install)
 
 		if (lo->install != install && !lo->taken)
 		{
-			ereport(LOG,
-					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were dropped with its extension",
-							(unsigned long long) lo->amount, lo->name)));
+			LogNotCounted(lo, "the extension was dropped");
 			*link = lo->next;
 			pfree(lo);
 		}
@@ -319,14 +326,10 @@ WriteLeftover(Amount *lo)
 		case APPLY_BUSY:
 			return false;
 		case APPLY_GONE:
-			ereport(LOG,
-					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were not counted: the counter was dropped",
-							(unsigned long long) lo->amount, lo->name)));
+			LogNotCounted(lo, "the counter was dropped");
 			return true;
 		case APPLY_FULL:
-			ereport(LOG,
-					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were lost: its total is at the bigint limit",
-							(unsigned long long) lo->amount, lo->name)));
+			LogNotCounted(lo, "its total is at the bigint limit");
 			return true;
 	}
 	return true;
@@ -391,10 +394,7 @@ BufferAtExit(int code, Datum arg)
 		CommitTransactionCommand();
 		for (Amount *lo = Leftovers; lo; lo = lo->next)
 			if (!lo->taken)
-				ereport(LOG,
-						(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were lost at exit",
-								(unsigned long long) lo->amount, lo->name),
-						 errdetail("memcached could not be reached after they committed, and other transactions held the counter's rows.")));
+				LogNotCounted(lo, "at exit, other transactions held the counter's rows");
 		Leftovers = NULL;
 	}
 	PG_CATCH();
@@ -403,10 +403,7 @@ BufferAtExit(int code, Datum arg)
 		FlushErrorState();
 		AbortOutOfAnyTransaction();
 		for (Amount *lo = Leftovers; lo; lo = lo->next)
-			ereport(LOG,
-					(errmsg("sharded_seq: %llu committed increments of counter \"%s\" were lost at exit",
-							(unsigned long long) lo->amount, lo->name),
-					 errdetail("memcached could not be reached after they committed, nor the database at exit.")));
+			LogNotCounted(lo, "at exit, the database could not take them");
 		Leftovers = NULL;
 	}
 	PG_END_TRY();
