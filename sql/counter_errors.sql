@@ -40,7 +40,7 @@ SELECT pg_temp.err($$SELECT sharded_seq.grant_counter('c', 'public', 'delete')$$
 -- a setting out of its range: PostgreSQL's own range check answers, with
 -- the range in its message, and the extension adds its hint as the error is
 -- reported (a PL/pgSQL handler, which catches it earlier, sees no hint)
-SET sharded_seq.default_counter_shards = 0;
+SET sharded_seq.default_counter_shards = -1;
 -- overflow: 22003, and the total is unchanged
 SELECT pg_temp.err($$SELECT counter_incr('c', 9223372036854775807)$$);
 SELECT counter_value('c') AS total_after_overflow;
@@ -53,3 +53,6 @@ SELECT sharded_seq.drop_counter('low');
 SELECT name, shards, mode, total FROM sharded_seq.counters ORDER BY name;
 SELECT counter_value('c');
 SELECT sharded_seq.drop_counter('c');
+
+-- adaptive and a fixed number of shards contradict each other: 22023
+SELECT pg_temp.err($$SELECT sharded_seq.alter_counter('c', shards => 2, adaptive => true)$$);

@@ -90,3 +90,28 @@ SELECT count(*) FROM sharded_seq.counter_shards s
 DROP TABLE comments;
 DROP FUNCTION count_comment();
 SELECT sharded_seq.drop_counter(name) FROM sharded_seq.counters ORDER BY name;
+
+-- adaptive counters: one row until commits find every row busy
+SELECT counter_incr('adaptive:1');
+SELECT name, shards, adaptive, total FROM sharded_seq.counters WHERE name = 'adaptive:1';
+SELECT sharded_seq.create_counter('adaptive:2');
+SELECT sharded_seq.alter_counter('adaptive:2', shards => 3);
+SELECT counter_incr('adaptive:2', 5);
+SELECT name, shards, adaptive, total FROM sharded_seq.counters WHERE name = 'adaptive:2';
+-- back to adaptive keeps the rows (maintain() folds them when idle) ...
+SELECT sharded_seq.alter_counter('adaptive:2', adaptive => true);
+SELECT name, shards, adaptive, total FROM sharded_seq.counters WHERE name = 'adaptive:2';
+-- ... and pinning keeps as many as it has
+SELECT sharded_seq.alter_counter('adaptive:2', adaptive => false);
+SELECT name, shards, adaptive, total FROM sharded_seq.counters WHERE name = 'adaptive:2';
+SELECT shard, value FROM sharded_seq.counter_shards s JOIN sharded_seq.counter_config c ON c.id = s.counter_id
+ WHERE c.name = 'adaptive:2' ORDER BY shard;
+-- a pinned default still exists for those who want it
+SET sharded_seq.default_counter_shards = 2;
+SELECT counter_incr('adaptive:3');
+SELECT name, shards, adaptive FROM sharded_seq.counters WHERE name = 'adaptive:3';
+RESET sharded_seq.default_counter_shards;
+-- maintain() changes no total
+CREATE TEMP TABLE before AS SELECT name, total FROM sharded_seq.counters;
+SELECT folded, compacted FROM sharded_seq.maintain();
+SELECT count(*) AS changed FROM sharded_seq.counters c JOIN before b USING (name) WHERE c.total IS DISTINCT FROM b.total;

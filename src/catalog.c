@@ -199,6 +199,13 @@ ConfigRelid(const char *relname)
 	return relid;
 }
 
+/* Can counter_config mark a counter adaptive (schema 1.2)? */
+bool
+AdaptiveCountersStored(void)
+{
+	return OidIsValid(get_relname_relid("maintenance", ConfigNamespace()));
+}
+
 /*
  * Does sequence_shards keep each generation's layout (schema 1.1)?  A newer
  * library may run against an older schema until ALTER EXTENSION UPDATE.
@@ -439,81 +446,117 @@ CopyAcl(Datum value, bool isnull)
 	return copy;
 }
 
-/* What an fmgr call site remembers, so repeated calls skip the hash. */
-typedef struct CallSite
+/*
+ * The per-session caches of sequences and counters are bounded: past
+ * sharded_seq.session_cache_size entries, the least recently used one is
+ * evicted.  dynahash keeps a removed entry's memory for the next one, so a
+ * cache never holds more than its bound, however many names a session uses.
+ */
+static void
+EvictEntry(ObjectCache *cache, CacheEntry *entry)
 {
-	HTAB	   *table;
-	int			len;
-	char		name[NAMEDATALEN];
-	void	   *entry;
-} CallSite;
+	entry->incarnation = 0;		/* call sites that remember it will look again */
+	if (cache->evict)
+		cache->evict(entry);
+	dlist_delete(&entry->lru);
+	hash_search(cache->table, entry->name, HASH_REMOVE, NULL);
+	cache->count--;
+}
 
 /*
- * The backend-local entry (keyed by name, first in the struct) for the name
- * in argument 0.  A new entry is zeroed but for its key, and *is_new is set.
- * NULL, empty and over-long names are rejected here.
+ * The entry for name, made (zeroed but for its key, *is_new set) if absent.
+ * It becomes the most recently used; making one may evict the least.
  */
-void *
-CallSiteEntry(FunctionCallInfo fcinfo, HTAB **table, Size entrysize,
-			  ObjectKind kind, bool *is_new)
+CacheEntry *
+CacheLookup(ObjectCache *cache, const char *name, bool *is_new)
 {
-	CallSite   *cs = (CallSite *) fcinfo->flinfo->fn_extra;
-	text	   *arg;
-	int			len;
+	static uint64 incarnations = 0;
 	char		key[NAMEDATALEN];
-	char	   *name;
-	void	   *entry;
+	CacheEntry *entry;
 	bool		found;
 
-	*is_new = false;
-	if (PG_ARGISNULL(0))
-		(void) NameArg(fcinfo, 0, kind);	/* raises */
-	arg = PG_GETARG_TEXT_PP(0);
-	len = VARSIZE_ANY_EXHDR(arg);
-	if (cs && cs->table == *table && cs->len == len &&
-		memcmp(cs->name, VARDATA_ANY(arg), len) == 0)
-		return cs->entry;
-
-	name = text_to_cstring(arg);
-	ValidateName(name, kind);
-	if (*table == NULL)
+	if (cache->table == NULL)
 	{
 		HASHCTL		ctl;
 
 		ctl.keysize = NAMEDATALEN;
-		ctl.entrysize = entrysize;
-		*table = hash_create(kind == KIND_SEQUENCE ? "sharded_seq sequences" : "sharded_seq counters",
-							 32, &ctl, HASH_ELEM | HASH_STRINGS);
+		ctl.entrysize = cache->entrysize;
+		cache->table = hash_create(cache->label, 256, &ctl, HASH_ELEM | HASH_STRINGS);
+		dlist_init(&cache->lru);
 	}
 	memset(key, 0, sizeof(key));
 	strlcpy(key, name, sizeof(key));
-	entry = hash_search(*table, key, HASH_ENTER, &found);
-	if (!found)
+	entry = hash_search(cache->table, key, HASH_ENTER, &found);
+	*is_new = !found;
+	if (found)
 	{
-		memset((char *) entry + NAMEDATALEN, 0, entrysize - NAMEDATALEN);
-		*is_new = true;
+		dlist_move_head(&cache->lru, &entry->lru);
+		return entry;
 	}
+	memset((char *) entry + NAMEDATALEN, 0, cache->entrysize - NAMEDATALEN);
+	entry->incarnation = ++incarnations;
+	dlist_push_head(&cache->lru, &entry->lru);
+	cache->count++;
+	while (cache->count > SessionCacheSize)
+		EvictEntry(cache, dlist_tail_element(CacheEntry, lru, &cache->lru));
+	return entry;
+}
+
+/* What an fmgr call site remembers, so repeated calls skip the hash. */
+typedef struct CallSite
+{
+	ObjectCache *cache;
+	CacheEntry *entry;
+	uint64		incarnation;	/* entry's, when remembered */
+	int			len;
+	char		name[NAMEDATALEN];
+} CallSite;
+
+/*
+ * The cache entry for the name in argument 0.  NULL, empty and over-long
+ * names are rejected here.
+ */
+CacheEntry *
+CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
+{
+	CallSite   *cs = (CallSite *) fcinfo->flinfo->fn_extra;
+	text	   *arg;
+	int			len;
+	char	   *name;
+	CacheEntry *entry;
+
+	*is_new = false;
+	if (PG_ARGISNULL(0))
+		(void) NameArg(fcinfo, 0, cache->kind); /* raises */
+	arg = PG_GETARG_TEXT_PP(0);
+	len = VARSIZE_ANY_EXHDR(arg);
+	if (cs && cs->cache == cache && cs->entry->incarnation == cs->incarnation &&
+		cs->len == len && memcmp(cs->name, VARDATA_ANY(arg), len) == 0)
+	{
+		dlist_move_head(&cache->lru, &cs->entry->lru);
+		return cs->entry;
+	}
+
+	name = text_to_cstring(arg);
+	ValidateName(name, cache->kind);
+	entry = CacheLookup(cache, name, is_new);
 	if (cs == NULL)
 		cs = fcinfo->flinfo->fn_extra =
 			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallSite));
-	cs->table = *table;
+	cs->cache = cache;
+	cs->entry = entry;
+	cs->incarnation = entry->incarnation;
 	cs->len = len;
 	memcpy(cs->name, VARDATA_ANY(arg), len);
-	cs->entry = entry;
+	pfree(name);
 	return entry;
 }
 
 /* Remove an entry for a name that turned out not to exist. */
 void
-ForgetEntry(FunctionCallInfo fcinfo, HTAB *table, void *entry, Acl *acl)
+ForgetEntry(ObjectCache *cache, CacheEntry *entry)
 {
-	CallSite   *cs = (CallSite *) fcinfo->flinfo->fn_extra;
-
-	if (cs && cs->entry == entry)
-		cs->len = -1;
-	if (acl)
-		pfree(acl);
-	hash_search(table, entry, HASH_REMOVE, NULL);
+	EvictEntry(cache, entry);
 }
 
 /* Tell every backend, at commit, that a config row changed. */

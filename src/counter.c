@@ -31,11 +31,11 @@
 
 typedef struct CounterEntry
 {
-	char		name[NAMEDATALEN];	/* hash key */
+	CacheEntry	cache;			/* name, first: the hash key */
 	uint64		loaded_epoch;
 	bool		exists;
 	int32		id;
-	int32		shards;
+	int32		shards;			/* pinned layout, or 0: adaptive */
 	int32		shard;			/* this session's preferred shard */
 	bool		buffered;		/* mode 'buffered' */
 	int64		claim_interval; /* last flush interval this backend tried to claim */
@@ -47,7 +47,19 @@ typedef struct CounterEntry
 	uint64		checked_epoch;	/* PrivilegeEpoch of those checks */
 } CounterEntry;
 
-static HTAB *CounterEntries = NULL;
+static void
+EvictCounter(CacheEntry *e)
+{
+	CounterEntry *entry = (CounterEntry *) e;
+
+	if (entry->acl)
+		pfree(entry->acl);
+	entry->acl = NULL;
+}
+
+static ObjectCache CounterCache = {
+	"sharded_seq counters", KIND_COUNTER, sizeof(CounterEntry), EvictCounter
+};
 static uint32 CounterSalt = 0;
 
 /*
@@ -72,14 +84,19 @@ typedef struct PendingKey
 	int32		counter_id;
 } PendingKey;
 
-/* This transaction's pending amount for one counter. */
+/*
+ * This transaction's pending amount for one counter, with what its commit
+ * needs: the cache entry may be evicted before then.
+ */
 typedef struct PendingCounter
 {
 	PendingKey	key;			/* hash key */
 	PendingFrame *frames;		/* innermost first */
 	ShardRef   *known;			/* where the shard rows were last seen */
 	int			nknown;
-	CounterEntry *entry;		/* backend-lived: entries are never freed */
+	int32		shard;			/* preferred shard */
+	bool		buffered;
+	char		name[NAMEDATALEN];
 } PendingCounter;
 
 static HTAB *Pending = NULL;	/* in TopTransactionContext, or NULL */
@@ -147,8 +164,10 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 		pc->frames = NULL;
 		pc->known = NULL;
 		pc->nknown = 0;
+		strlcpy(pc->name, entry->cache.name, NAMEDATALEN);
 	}
-	pc->entry = entry;
+	pc->shard = entry->shard;
+	pc->buffered = entry->buffered;
 	if (nrefs > 0 && pc->nknown == 0)
 	{
 		pc->known = MemoryContextAlloc(TopTransactionContext, nrefs * sizeof(ShardRef));
@@ -190,50 +209,35 @@ CounterDroppedInXact(int32 counter_id)
 
 /* ---- configuration ---- */
 
-/* Load a counter's configuration with the latest snapshot (inside SPI). */
+/* Load a counter's configuration with the latest snapshot. */
 static void
 LoadCounterConfig(CounterEntry *entry)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1] = {CStringGetTextDatum(entry->name)};
+	CounterConfigRow row;
 	uint64		epoch;
 
-	PreparePlan(&plan,
-				"SELECT id, shards, owner::pg_catalog.oid, acl,"
-				"       mode OPERATOR(pg_catalog.=) 'buffered'::pg_catalog.text, xmin"
-				"  FROM sharded_seq.counter_config WHERE name OPERATOR(pg_catalog.=) $1",
-				1, argtypes);
 	/* the epoch from before the snapshot: a later change shows as a new epoch */
 	AcceptInvalidationMessages();
 	epoch = ConfigEpoch;
-	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
-							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read sharded_seq.counter_config");
 	entry->loaded_epoch = epoch;
 	entry->select_user = entry->update_user = InvalidOid;
 	if (entry->acl)
 		pfree(entry->acl);
 	entry->acl = NULL;
-	entry->exists = (SPI_processed == 1);
+	entry->exists = FetchCounterConfig(entry->cache.name, 0, &row);
 	if (entry->exists)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Datum		acl;
-
-		entry->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
-		entry->shards = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		entry->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
-		acl = SPI_getbinval(tup, desc, 4, &isnull);
-		entry->acl = CopyAcl(acl, isnull);
-		entry->buffered = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
+		entry->id = row.id;
+		entry->shards = row.shards;
+		entry->owner = row.owner;
+		entry->acl = row.acl;
+		entry->buffered = row.buffered;
 		entry->place.counter_id = entry->id;
 		entry->place.shards = entry->shards;
-		entry->place.config_xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 6, &isnull));
+		entry->place.config_xmin = row.xmin;
 		entry->place.npages = 0;
-		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) % (uint32) entry->shards);
+		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) %
+								(uint32) (entry->shards > 0 ? entry->shards : MaxCounterShards));
 	}
 }
 
@@ -243,24 +247,22 @@ RefreshCounter(CounterEntry *entry, bool create_missing)
 {
 	OwnerContext ctx;
 
-	BeginAsOwner(&ctx);
 	LoadCounterConfig(entry);
-	if (!entry->exists && create_missing)
-	{
-		PreventCommandIfReadOnly("counter_incr()");
-		InsertCounter(entry->name, DefaultCounterShards, "exact", ctx.caller, true);
-		CommandCounterIncrement();
-		LoadCounterConfig(entry);
-	}
+	if (entry->exists || !create_missing)
+		return;
+	PreventCommandIfReadOnly("counter_incr()");
+	BeginAsOwner(&ctx);
+	InsertCounter(entry->cache.name, DefaultCounterShards, "exact", ctx.caller, true);
 	EndAsOwner(&ctx);
+	CommandCounterIncrement();
+	LoadCounterConfig(entry);
 }
 
 static CounterEntry *
 LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 {
 	bool		is_new;
-	CounterEntry *entry = CallSiteEntry(fcinfo, &CounterEntries, sizeof(CounterEntry),
-										KIND_COUNTER, &is_new);
+	CounterEntry *entry = (CounterEntry *) CallSiteEntry(fcinfo, &CounterCache, &is_new);
 
 	if (CounterSalt == 0)
 		CounterSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime) | 1;
@@ -271,9 +273,9 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 	{
 		char		name[NAMEDATALEN];
 
-		strlcpy(name, entry->name, sizeof(name));
+		strlcpy(name, entry->cache.name, sizeof(name));
 		if (is_new)
-			ForgetEntry(fcinfo, CounterEntries, entry, entry->acl);
+			ForgetEntry(&CounterCache, &entry->cache);
 		ReportNotFound(KIND_COUNTER, name);
 	}
 	return entry;
@@ -292,7 +294,7 @@ CheckCounterPrivilege(CounterEntry *entry, AclMode mode)
 	}
 	if (*checked == user)
 		return;
-	CheckPrivilege(KIND_COUNTER, entry->name, entry->owner, entry->acl, mode);
+	CheckPrivilege(KIND_COUNTER, entry->cache.name, entry->owner, entry->acl, mode);
 	*checked = user;
 }
 
@@ -302,12 +304,8 @@ CheckCounterPrivilege(CounterEntry *entry, AclMode mode)
 typedef struct CommitItem
 {
 	int32		counter_id;
-	int32		shard;
-	const char *name;
-	CounterEntry *entry;
 	int128		amount;
-	ShardRef   *known;			/* where the shard rows were last seen */
-	int			nknown;
+	PendingCounter *pending;
 } CommitItem;
 
 static int
@@ -327,14 +325,16 @@ CompareItems(const void *a, const void *b)
 static void
 ApplyToRows(CommitItem *item, int64 amount)
 {
-	if (CounterApply(item->counter_id, item->shard, amount, item->name,
-					 item->known, item->nknown))
+	PendingCounter *pc = item->pending;
+
+	if (CounterApply(item->counter_id, pc->shard, amount, pc->name,
+					 pc->known, pc->nknown))
 		return;
 	if (DroppedInXact(item->counter_id))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("counter \"%s\" was dropped before this transaction committed", item->name),
+			 errmsg("counter \"%s\" was dropped before this transaction committed", pc->name),
 			 errhint("The transaction was rolled back.  Recreate the counter, or retry without it.")));
 }
 
@@ -346,12 +346,14 @@ ApplyToRows(CommitItem *item, int64 amount)
 static bool
 TryBuffer(CommitItem *item, int64 amount, bool preparing)
 {
-	CounterEntry *entry = item->entry;
+	PendingCounter *pc = item->pending;
+	CounterEntry *entry;
+	bool		is_new;
 
 	if (preparing || amount <= 0 || (uint64) amount > MC_MAX_DELTA ||
 		!McEnabled() || McRecentlyDown())
 		return false;
-	if (!entry->buffered || DroppedInXact(item->counter_id))
+	if (!pc->buffered || DroppedInXact(item->counter_id))
 		return false;
 
 	/*
@@ -360,11 +362,12 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 	 * lands in memcached after its counter stopped being buffered.
 	 */
 	LockDatabaseObject(ConfigRelid("counter_config"), item->counter_id, 0, ShareLock);
-	if (entry->loaded_epoch != ConfigEpoch)
+	entry = (CounterEntry *) CacheLookup(&CounterCache, pc->name, &is_new);
+	if (is_new || entry->loaded_epoch != ConfigEpoch)
 		RefreshCounter(entry, false);
 	if (!entry->exists || entry->id != item->counter_id || !entry->buffered)
 		return false;
-	BufferAfterCommit(item->counter_id, amount, item->shard, item->name,
+	BufferAfterCommit(item->counter_id, amount, pc->shard, pc->name,
 					  &entry->claim_interval);
 	return true;
 }
@@ -408,12 +411,8 @@ ApplyPending(bool preparing)
 		item = &items[n++];
 
 		item->counter_id = pc->key.counter_id;
-		item->shard = pc->entry->shard;
-		item->name = pc->entry->name;
-		item->entry = pc->entry;
 		item->amount = FramesSum(pc);
-		item->known = pc->known;
-		item->nknown = pc->nknown;
+		item->pending = pc;
 	}
 	qsort(items, n, sizeof(CommitItem), CompareItems);
 
@@ -427,7 +426,7 @@ ApplyPending(bool preparing)
 		if (item->amount > PG_INT64_MAX || item->amount < PG_INT64_MIN)
 			ereport(ERROR,
 					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-					 errmsg("counter \"%s\" would overflow bigint", item->name),
+					 errmsg("counter \"%s\" would overflow bigint", item->pending->name),
 					 errdetail("This transaction's increments add up to more than a bigint."),
 					 errhint("The transaction was rolled back.  Commit in smaller transactions.")));
 		amount = (int64) item->amount;
@@ -547,7 +546,7 @@ VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("counter \"%s\" would overflow bigint", entry->name),
+				 errmsg("counter \"%s\" would overflow bigint", entry->cache.name),
 				 errdetail("Its total would not fit in a bigint."),
 				 errhint("Nothing was changed.  Keep totals within bigint, or add an amount of the opposite sign.")));
 	return (int64) total;

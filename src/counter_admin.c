@@ -31,7 +31,11 @@ ValidateMode(const char *mode)
 			 errhint("mode must be 'exact' or 'buffered'.")));
 }
 
-/* Insert a counter and its shard rows (inside SPI, as the owner). */
+/*
+ * Insert a counter and its shard rows (inside SPI, as the owner); shards 0
+ * makes it adaptive, with one row.  Nobody needs telling: sessions look up
+ * a name they do not know every time.
+ */
 bool
 InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 			  bool if_not_exists)
@@ -41,6 +45,7 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 	static SPIPlanPtr shards_plan = NULL;
 	Oid			argtypes[5] = {INT4OID, TEXTOID, INT4OID, TEXTOID, OIDOID};
 	Datum		args[5];
+	char		nulls[5] = "     ";
 	Oid			shard_types[2] = {INT4OID, INT4OID};
 	Datum		shard_args[2];
 	const char *sql =
@@ -48,29 +53,33 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
 	int32		id = NextObjectId();
 
+	/* schema 1.1 until ALTER EXTENSION UPDATE: its former default layout */
+	if (shards == 0 && !AdaptiveCountersStored())
+		shards = 16;
 	args[0] = Int32GetDatum(id);
 	args[1] = CStringGetTextDatum(name);
 	args[2] = Int32GetDatum(shards);
+	if (shards == 0)
+		nulls[2] = 'n';
 	args[3] = CStringGetTextDatum(mode);
 	args[4] = ObjectIdGetDatum(owner);
 	if (if_not_exists)
 		PreparePlan(&plan_ine, psprintf("%s ON CONFLICT (name) DO NOTHING", sql), 5, argtypes);
 	else
 		PreparePlan(&plan, sql, 5, argtypes);
-	if (SPI_execute_plan(if_not_exists ? plan_ine : plan, args, NULL, false, 0) != SPI_OK_INSERT)
+	if (SPI_execute_plan(if_not_exists ? plan_ine : plan, args, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not create counter \"%s\"", name);
 	if (SPI_processed == 0)
 		return false;			/* someone else created it first */
 
 	shard_args[0] = Int32GetDatum(id);
-	shard_args[1] = Int32GetDatum(shards);
+	shard_args[1] = Int32GetDatum(Max(shards, 1));
 	PreparePlan(&shards_plan,
 				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
 				" SELECT $1, g FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
 				2, shard_types);
 	if (SPI_execute_plan(shards_plan, shard_args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not create shards of counter \"%s\"", name);
-	AnnounceConfigChange("counter_config");
 	return true;
 }
 
@@ -105,6 +114,8 @@ FetchOwnedCounter(Oid caller, const char *name, CounterRow *row)
 	desc = SPI_tuptable->tupdesc;
 	row->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
 	row->shards = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+	if (isnull)
+		row->shards = 0;		/* adaptive */
 	row->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
 	acl = SPI_getbinval(tup, desc, 4, &isnull);
 	row->acl = isnull ? NULL : DatumGetAclP(acl);
@@ -143,7 +154,8 @@ create_counter(PG_FUNCTION_ARGS)
 				 errmsg("mode must not be null"),
 				 errhint("Leave mode out to create an exact counter.")));
 	mode = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	ValidateShards(shards, KIND_COUNTER);
+	if (!PG_ARGISNULL(1))
+		ValidateShards(shards, KIND_COUNTER);
 	ValidateMode(mode);
 	PreventCommandIfReadOnly("sharded_seq.create_counter()");
 
@@ -157,30 +169,85 @@ create_counter(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * Give a counter exactly the shards 0 .. shards-1, the total in shard 0
+ * (inside SPI, as the owner, with commits to the counter kept out).
+ */
+static void
+RebuildShards(int32 id, int32 shards)
+{
+	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr delete_plan = NULL;
+	static SPIPlanPtr insert_plan = NULL;
+	Oid			types1[1] = {INT4OID};
+	Oid			types3[3] = {INT4OID, INT4OID, NUMERICOID};
+	Datum		args[3];
+	bool		isnull;
+	Datum		total;
+
+	args[0] = Int32GetDatum(id);
+	/* wait for commits adding to the rows, so that the sum is final */
+	PreparePlan(&lock_plan,
+				"SELECT COALESCE(pg_catalog.sum(value), 0::pg_catalog.numeric) FROM"
+				" (SELECT value FROM sharded_seq.counter_shards"
+				"   WHERE counter_id OPERATOR(pg_catalog.=) $1 FOR UPDATE) s",
+				1, types1);
+	ExecOrFail(lock_plan, args, SPI_OK_SELECT, "lock counter shards");
+	total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	PreparePlan(&delete_plan,
+				"DELETE FROM sharded_seq.counter_shards WHERE counter_id OPERATOR(pg_catalog.=) $1",
+				1, types1);
+	ExecOrFail(delete_plan, args, SPI_OK_DELETE, "remove counter shards");
+	args[1] = Int32GetDatum(shards);
+	args[2] = total;
+	PreparePlan(&insert_plan,
+				"INSERT INTO sharded_seq.counter_shards (counter_id, shard, value)"
+				" SELECT $1, g, CASE WHEN g OPERATOR(pg_catalog.=) 0 THEN $3::pg_catalog.int8 ELSE 0 END"
+				"   FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
+				3, types3);
+	ExecOrFail(insert_plan, args, SPI_OK_INSERT, "add counter shards");
+}
+
+static int32
+CountShards(int32 id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(id)};
+	bool		isnull;
+
+	PreparePlan(&plan,
+				"SELECT pg_catalog.count(*)::pg_catalog.int4 FROM sharded_seq.counter_shards"
+				" WHERE counter_id OPERATOR(pg_catalog.=) $1", 1, types);
+	ExecOrFail(plan, args, SPI_OK_SELECT, "count counter shards");
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 PG_FUNCTION_INFO_V1(alter_counter);
 Datum
 alter_counter(PG_FUNCTION_ARGS)
 {
 	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
-	static SPIPlanPtr grow_plan = NULL;
-	static SPIPlanPtr shrink_plan = NULL;
-	static SPIPlanPtr fold_plan = NULL;
 	static SPIPlanPtr config_plan = NULL;
-	Oid			types3[3] = {INT4OID, INT4OID, INT4OID};
 	Oid			types2[2] = {INT4OID, INT4OID};
 	OwnerContext ctx;
 	CounterRow	row;
-	int32		shards;
+	int32		shards;			/* the layout wanted: 0 is adaptive */
+	bool		layout_given = !PG_ARGISNULL(1) || !PG_ARGISNULL(3);
 
 	if (!PG_ARGISNULL(1))
 		ValidateShards(PG_GETARG_INT32(1), KIND_COUNTER);
+	if (!PG_ARGISNULL(1) && !PG_ARGISNULL(3) && PG_GETARG_BOOL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a counter cannot be adaptive with a fixed number of shards"),
+				 errhint("Pass shards => n to pin the layout, or adaptive => true alone to let it grow.")));
 	if (!PG_ARGISNULL(2))
 		ValidateMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	PreventCommandIfReadOnly("sharded_seq.alter_counter()");
 
 	BeginAsOwner(&ctx);
 	FetchOwnedCounter(ctx.caller, name, &row);
-	shards = PG_ARGISNULL(1) ? row.shards : PG_GETARG_INT32(1);
 	if (!PG_ARGISNULL(2))
 	{
 		static SPIPlanPtr mode_plan = NULL;
@@ -207,44 +274,28 @@ alter_counter(PG_FUNCTION_ARGS)
 		if (SPI_processed > 0)
 			AnnounceConfigChange("counter_config");
 	}
-	if (shards > row.shards)
+	if (!layout_given)
 	{
-		Datum		args[3] = {Int32GetDatum(row.id), Int32GetDatum(row.shards), Int32GetDatum(shards)};
-
-		PreparePlan(&grow_plan,
-					"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
-					" SELECT $1, g FROM pg_catalog.generate_series($2, $3 OPERATOR(pg_catalog.-) 1) g",
-					3, types3);
-		ExecOrFail(grow_plan, args, SPI_OK_INSERT, "add counter shards");
+		EndAsOwner(&ctx);
+		PG_RETURN_VOID();
 	}
-	else if (shards < row.shards)
-	{
-		/* Move the removed shards' values into shard 0, in one transaction. */
-		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
 
-		PreparePlan(&shrink_plan,
-					"WITH gone AS (DELETE FROM sharded_seq.counter_shards"
-					"               WHERE counter_id OPERATOR(pg_catalog.=) $1"
-					"                 AND shard OPERATOR(pg_catalog.>=) $2 RETURNING value)"
-					"UPDATE sharded_seq.counter_shards"
-					"   SET value = (value::pg_catalog.numeric OPERATOR(pg_catalog.+)"
-					"                (SELECT COALESCE(pg_catalog.sum(value), 0::pg_catalog.numeric) FROM gone))::pg_catalog.int8"
-					" WHERE counter_id OPERATOR(pg_catalog.=) $1 AND shard OPERATOR(pg_catalog.=) 0",
-					2, types2);
-		PreparePlan(&fold_plan,
-					"SELECT 1 FROM sharded_seq.counter_shards"
-					" WHERE counter_id OPERATOR(pg_catalog.=) $1 AND shard OPERATOR(pg_catalog.>=) $2 FOR UPDATE",
-					2, types2);
-		/* lock the removed shards first, so the DELETE sees their final values */
-		ExecOrFail(fold_plan, args, SPI_OK_SELECT, "lock counter shards");
-		ExecOrFail(shrink_plan, args, SPI_OK_UPDATE, "remove counter shards");
-	}
+	/* growing commits and maintain() stay out from here on */
+	LockCounterCommits(row.id);
+	if (!PG_ARGISNULL(1))
+		shards = PG_GETARG_INT32(1);
+	else if (PG_GETARG_BOOL(3))
+		shards = 0;
+	else
+		shards = row.shards ? row.shards : CountShards(row.id);
+	if (shards != 0 && shards != row.shards)
+		RebuildShards(row.id, shards);
 	if (shards != row.shards)
 	{
 		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
 
 		PreparePlan(&config_plan,
-					"UPDATE sharded_seq.counter_config SET shards = $2, altered_at = pg_catalog.now()"
+					"UPDATE sharded_seq.counter_config SET shards = CASE WHEN $2 OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $2 END, altered_at = pg_catalog.now()"
 					" WHERE id OPERATOR(pg_catalog.=) $1", 2, types2);
 		ExecOrFail(config_plan, args, SPI_OK_UPDATE, "update counter");
 		AnnounceConfigChange("counter_config");

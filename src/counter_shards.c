@@ -1,13 +1,15 @@
 /*
  * counter_shards.c
- *	  Direct access to counter shard rows: summing a counter and adding to
- *	  one of its shards.
+ *	  Direct access to counter rows: reading a counter's configuration,
+ *	  summing its shards, adding to one of them, and growing an adaptive
+ *	  counter by a row.
  *
- * These are the hot paths of counter_value and of applying a transaction's
- * increments at commit, so they use the heap and the primary-key index
+ * These are the hot paths of counter_incr, counter_value and of applying a
+ * transaction's increments at commit, so they use the heap and the indexes
  * directly rather than SPI.  Shards are tried with heap_update(wait = false),
- * which reports a shard another transaction holds instead of waiting for it;
- * only when every shard is held does the commit wait.
+ * which reports a shard another transaction holds instead of waiting for it.
+ * When every shard is held, an adaptive counter gets a new row; a pinned one
+ * waits.
  */
 #include "postgres.h"
 
@@ -27,7 +29,7 @@
 #include "storage/lmgr.h"
 #include "storage/predicate.h"
 #include "access/transam.h"
-#include "utils/snapmgr.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -39,6 +41,65 @@
 #define Anum_shard_shard		2
 #define Anum_shard_value		3
 #define Natts_shard				3
+
+/* counter_config's columns, the same in every schema version */
+#define Anum_config_id			1
+#define Anum_config_name		2
+#define Anum_config_shards		3
+#define Anum_config_mode		4
+#define Anum_config_owner		5
+#define Anum_config_acl			6
+
+/*
+ * A counter's configuration row, by name (or, with name NULL, by id), as the
+ * latest snapshot sees it.  Read directly: this runs whenever a session meets
+ * a counter it has not cached, and needs no rights of the caller's.
+ */
+bool
+FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row)
+{
+	Relation	rel = table_open(ConfigRelid("counter_config"), AccessShareLock);
+	Oid			indexid = ConfigRelid(name ? "counter_config_name_key" : "counter_config_pkey");
+	Relation	index = index_open(indexid, AccessShareLock);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		found = false;
+
+	if (name)
+		ScanKeyEntryInitialize(&key, 0, Anum_config_name, BTEqualStrategyNumber,
+							   InvalidOid, index->rd_indcollation[0], F_TEXTEQ,
+							   CStringGetTextDatum(name));
+	else
+		ScanKeyInit(&key, Anum_config_id, BTEqualStrategyNumber, F_INT4EQ,
+					Int32GetDatum(id));
+	scan = systable_beginscan(rel, indexid, true, snapshot, 1, &key);
+	if (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		TupleDesc	desc = RelationGetDescr(rel);
+		bool		isnull;
+		Datum		d;
+		text	   *mode;
+
+		row->id = DatumGetInt32(heap_getattr(tup, Anum_config_id, desc, &isnull));
+		d = heap_getattr(tup, Anum_config_shards, desc, &isnull);
+		row->shards = isnull ? 0 : DatumGetInt32(d);
+		mode = DatumGetTextPP(heap_getattr(tup, Anum_config_mode, desc, &isnull));
+		row->buffered = VARSIZE_ANY_EXHDR(mode) == 8 &&
+			memcmp(VARDATA_ANY(mode), "buffered", 8) == 0;
+		row->owner = DatumGetObjectId(heap_getattr(tup, Anum_config_owner, desc, &isnull));
+		d = heap_getattr(tup, Anum_config_acl, desc, &isnull);
+		row->acl = CopyAcl(d, isnull);
+		row->xmin = HeapTupleHeaderGetRawXmin(tup->t_data);
+		found = true;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return found;
+}
 
 /* Total as int128; NULL refs/n skip collecting the rows. */
 static int128
@@ -155,7 +216,8 @@ ReadKnownPages(Relation rel, CounterPlace *place, Snapshot snapshot,
 	int			nseen = 0;
 	ShardRef   *found = NULL;
 
-	if (place == NULL || place->npages == 0 || IsolationIsSerializable() ||
+	if (place == NULL || place->npages == 0 || place->shards == 0 ||
+		IsolationIsSerializable() ||
 		!TransactionIdIsValid(place->config_xmin) ||
 		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
 		!TransactionIdDidCommit(place->config_xmin))
@@ -183,6 +245,8 @@ static void
 RememberPages(CounterPlace *place, ShardRef *refs, int n)
 {
 	place->npages = 0;
+	if (place->shards == 0)
+		return;					/* adaptive: rows come and go, the index knows */
 	for (int i = 0; i < n; i++)
 	{
 		BlockNumber blk = ItemPointerGetBlockNumber(&refs[i].tid);
@@ -240,7 +304,7 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
  * concurrently (CREATE INDEX or REINDEX CONCURRENTLY) and any index an
  * administrator added.
  */
-static void
+void
 InsertIndexEntries(Relation rel, HeapTuple newtup, bool only_summarizing)
 {
 	EState	   *estate = CreateExecutorState();
@@ -312,6 +376,8 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		}
 		fetch_snapshot = SnapshotAny;
 		heap_deform_tuple(&oldtup, desc, values, nulls);
+		/* make room on the page, so that the update can stay HOT */
+		heap_page_prune_opt(rel, buf);
 		ReleaseBuffer(buf);
 		/* a remembered location may since have been pruned and reused */
 		if (DatumGetInt32(values[Anum_shard_counter_id - 1]) != counter_id ||
@@ -389,14 +455,101 @@ KnownWithinTable(Relation rel, ShardRef *known, int nknown)
 	return true;
 }
 
+/* Is there a row for this shard, as the latest snapshot sees it? */
+static bool
+ShardExists(Relation rel, int32 counter_id, int32 shard, ShardRef *ref)
+{
+	ScanKeyData keys[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		found;
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+
+	ScanKeyInit(&keys[0], Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(counter_id));
+	ScanKeyInit(&keys[1], Anum_shard_shard, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(shard));
+	scan = systable_beginscan(rel, ConfigRelid("counter_shards_pkey"), true,
+							  snapshot, 2, keys);
+	tup = systable_getnext(scan);
+	found = HeapTupleIsValid(tup);
+	if (found)
+	{
+		ref->shard = shard;
+		ref->tid = tup->t_self;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
+/*
+ * Every row of the counter is held by other transactions.  If it is
+ * adaptive and below sharded_seq.max_counter_shards, add a row holding
+ * delta instead of waiting (the LongAdder idea: contention makes cells).
+ *
+ * Nothing here waits.  The counter object lock (RowShareLock) keeps
+ * alter_counter and drop_counter out; a lock per shard number keeps two
+ * commits from adding the same row, and whoever gets it checks, with a
+ * snapshot taken after, that no committed transaction added the row first.
+ */
+static ShardResult
+GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
+{
+	Oid			config_relid = ConfigRelid("counter_config");
+	Oid			shards_relid = RelationGetRelid(rel);
+	CounterConfigRow config;
+
+	if (n >= MaxCounterShards ||
+		!ConditionalLockDatabaseObject(config_relid, counter_id, 0, RowShareLock))
+		return SHARD_BUSY;
+	if (!FetchCounterConfig(NULL, counter_id, &config) || config.shards != 0)
+	{
+		if (config.acl)
+			pfree(config.acl);
+		return SHARD_BUSY;		/* gone or pinned meanwhile: the caller decides */
+	}
+	if (config.acl)
+		pfree(config.acl);
+
+	for (int32 shard = 0; shard < MaxCounterShards; shard++)
+	{
+		bool		taken = false;
+		ShardRef	ref;
+		HeapTuple	tup;
+		Datum		values[Natts_shard];
+		bool		nulls[Natts_shard] = {false, false, false};
+
+		for (int i = 0; i < n && !taken; i++)
+			taken = (refs[i].shard == shard);
+		if (taken ||
+			!ConditionalLockDatabaseObject(shards_relid, counter_id, (uint16) shard, ExclusiveLock))
+			continue;
+		if (ShardExists(rel, counter_id, shard, &ref))
+		{
+			/* added by a commit since our scan: it may well be free */
+			if (UpdateShard(rel, counter_id, &ref, delta, false, GetLatestSnapshot()) == SHARD_UPDATED)
+				return SHARD_UPDATED;
+			continue;
+		}
+		values[Anum_shard_counter_id - 1] = Int32GetDatum(counter_id);
+		values[Anum_shard_shard - 1] = Int32GetDatum(shard);
+		values[Anum_shard_value - 1] = Int64GetDatum(delta);
+		tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+		heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
+		InsertIndexEntries(rel, tup, false);
+		heap_freetuple(tup);
+		return SHARD_UPDATED;
+	}
+	return SHARD_BUSY;
+}
+
 static ShardResult
 ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 			 int nknown, bool wait)
 {
 	Oid			relid = ConfigRelid("counter_shards");
 	Relation	rel;
-	ShardRef   *refs = NULL;
-	int			n = 0;
 	ShardResult r = SHARD_GONE;
 
 	if (wait)
@@ -423,12 +576,28 @@ ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 	PushActiveSnapshot(GetLatestSnapshot());
 	if (nknown > 0 && KnownWithinTable(rel, known, nknown))
 		r = TryShards(rel, counter_id, preferred, known, nknown, delta, false);
-	if (r != SHARD_UPDATED)
+
+	/*
+	 * Rows can all vanish while we wait for them (maintain() rewrites a
+	 * counter's rows), so after a wait that found none, look again.
+	 */
+	for (int attempt = 0; r != SHARD_UPDATED && attempt < 100; attempt++)
 	{
+		ShardRef   *refs = NULL;
+		int			n = 0;
+
+		PopActiveSnapshot();
+		PushActiveSnapshot(GetLatestSnapshot());
 		(void) ScanShards(rel, counter_id, GetActiveSnapshot(), &refs, &n);
 		r = TryShards(rel, counter_id, preferred, refs, n, delta, false);
+		if (r == SHARD_BUSY)
+			r = GrowCounter(rel, counter_id, refs, n, delta);
 		if (r == SHARD_BUSY && wait)
 			r = TryShards(rel, counter_id, preferred, refs, n, delta, true);
+		if (refs)
+			pfree(refs);
+		if (r != SHARD_GONE || n == 0 || !wait)
+			break;
 	}
 	PopActiveSnapshot();
 
@@ -474,4 +643,174 @@ CounterTryApply(int32 counter_id, int32 preferred, int64 delta)
 		default:
 			return APPLY_GONE;
 	}
+}
+
+/* One row of a counter, as maintain() found it. */
+typedef struct FoundRow
+{
+	ItemPointerData tid;
+	int32		shard;
+	int64		value;
+	bool		idle;
+	bool		fold;			/* folded into the keeper */
+} FoundRow;
+
+/* Delete a row version exactly as it was read; false if it was held or changed. */
+static bool
+DeleteAsRead(Relation rel, ItemPointer tid)
+{
+	TM_FailureData tmfd;
+
+	return heap_delete(rel, tid, GetCurrentCommandId(true), InvalidSnapshot,
+					   false, &tmfd, false) == TM_Ok;
+}
+
+/*
+ * maintain()'s work on one counter, in the caller's subtransaction, which
+ * is rolled back on MAINTAIN_BUSY.  Nothing here waits.
+ *
+ * Fold: rows not updated since idle_before (or frozen) go into one of them.
+ * With every row idle, the counter is back to one row; with some still
+ * busy, the idle ones become one.  Gather: rows spread over more pages than
+ * they need are rewritten together, at the end of the table, where a fresh
+ * page leaves room for HOT updates.
+ *
+ * A row is deleted only as the version that was read, so each value moved
+ * is final; the keeper is added to, which commutes with concurrent
+ * increments.  Readers see the old rows or the new ones, never a mix.
+ */
+MaintainResult
+MaintainCounterRows(int32 counter_id, bool fold, TransactionId idle_before)
+{
+	Relation	rel = table_open(ConfigRelid("counter_shards"), RowExclusiveLock);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	TupleDesc	desc = RelationGetDescr(rel);
+	FoundRow   *rows = NULL;
+	int			n = 0;
+	int			cap = 0;
+	int			nidle = 0;
+	int			keeper = -1;
+	int			npages = 0;
+	BlockNumber *pages;
+	bool		gather;
+	int128		moved = 0;
+	MaintainResult result = MAINTAIN_NOTHING;
+
+	ScanKeyInit(&key, Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(counter_id));
+	scan = systable_beginscan(rel, ConfigRelid("counter_shards_pkey"), true,
+							  snapshot, 1, &key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		isnull;
+		FoundRow   *r;
+
+		if (n == cap)
+		{
+			cap = cap ? cap * 2 : 16;
+			rows = n ? repalloc(rows, cap * sizeof(FoundRow)) : palloc(cap * sizeof(FoundRow));
+		}
+		r = &rows[n++];
+		r->tid = tup->t_self;
+		r->shard = DatumGetInt32(heap_getattr(tup, Anum_shard_shard, desc, &isnull));
+		r->value = DatumGetInt64(heap_getattr(tup, Anum_shard_value, desc, &isnull));
+		r->idle = fold &&
+			(HeapTupleHeaderXminFrozen(tup->t_data) ||
+			 TransactionIdPrecedes(HeapTupleHeaderGetRawXmin(tup->t_data), idle_before));
+		r->fold = false;
+		nidle += r->idle;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	if (n <= 1)
+	{
+		table_close(rel, NoLock);
+		return MAINTAIN_NOTHING;
+	}
+
+	/* the keeper: the lowest idle row; every other idle row folds into it */
+	if (nidle >= 2)
+	{
+		for (int i = 0; i < n; i++)
+			if (rows[i].idle && (keeper < 0 || rows[i].shard < rows[keeper].shard))
+				keeper = i;
+		for (int i = 0; i < n; i++)
+			if (rows[i].idle && i != keeper)
+			{
+				rows[i].fold = true;
+				moved += rows[i].value;
+			}
+		if (moved + rows[keeper].value > PG_INT64_MAX ||
+			moved + rows[keeper].value < PG_INT64_MIN)
+		{
+			table_close(rel, NoLock);
+			return MAINTAIN_NOTHING;	/* would not fit one row: leave it */
+		}
+	}
+
+	/* rows left after folding, and the pages they lie on */
+	pages = palloc(n * sizeof(BlockNumber));
+	for (int i = 0; i < n; i++)
+	{
+		BlockNumber blk = ItemPointerGetBlockNumber(&rows[i].tid);
+		bool		seen = false;
+
+		if (rows[i].fold)
+			continue;
+		for (int j = 0; j < npages && !seen; j++)
+			seen = (pages[j] == blk);
+		if (!seen)
+			pages[npages++] = blk;
+	}
+	gather = npages > 2 + (n - (keeper >= 0 ? nidle - 1 : 0)) / 32;
+	if (keeper < 0 && !gather)
+	{
+		table_close(rel, NoLock);
+		return MAINTAIN_NOTHING;
+	}
+
+	for (int i = 0; i < n && result != MAINTAIN_BUSY; i++)
+	{
+		if (!rows[i].fold && !gather)
+			continue;
+		if (!DeleteAsRead(rel, &rows[i].tid))
+			result = MAINTAIN_BUSY;
+	}
+	if (result != MAINTAIN_BUSY && gather)
+	{
+		/* the survivors, together on the last page or a new one */
+		for (int i = 0; i < n; i++)
+		{
+			Datum		values[Natts_shard];
+			bool		nulls[Natts_shard] = {false, false, false};
+
+			if (rows[i].fold)
+				continue;
+			values[Anum_shard_counter_id - 1] = Int32GetDatum(counter_id);
+			values[Anum_shard_shard - 1] = Int32GetDatum(rows[i].shard);
+			values[Anum_shard_value - 1] =
+				Int64GetDatum(rows[i].value + (i == keeper ? (int64) moved : 0));
+			tup = heap_form_tuple(desc, values, nulls);
+			heap_insert(rel, tup, GetCurrentCommandId(true), HEAP_INSERT_SKIP_FSM, NULL);
+			InsertIndexEntries(rel, tup, false);
+			heap_freetuple(tup);
+		}
+	}
+	else if (result != MAINTAIN_BUSY)
+	{
+		ShardRef	ref;
+
+		ref.shard = rows[keeper].shard;
+		ref.tid = rows[keeper].tid;
+		if (UpdateShard(rel, counter_id, &ref, (int64) moved, false,
+						GetLatestSnapshot()) != SHARD_UPDATED)
+			result = MAINTAIN_BUSY;
+	}
+	if (result != MAINTAIN_BUSY)
+		result = keeper >= 0 ? MAINTAIN_FOLDED : MAINTAIN_GATHERED;
+	table_close(rel, NoLock);
+	return result;
 }

@@ -45,7 +45,7 @@
 
 typedef struct SeqEntry
 {
-	char		name[NAMEDATALEN];	/* hash key */
+	CacheEntry	cache;			/* name, first: the hash key */
 
 	/* configuration, valid while loaded_epoch == ConfigEpoch */
 	uint64		loaded_epoch;
@@ -80,7 +80,75 @@ typedef struct SeqEntry
 	int64		lease_start;
 } SeqEntry;
 
-static HTAB *SeqEntries = NULL;
+/*
+ * What a session must remember of a sequence its cache dropped: the value
+ * sharded_currval returns, which is also the floor below which a memcached
+ * lease must not take this session (S2).  PostgreSQL's own currval keeps as
+ * much per sequence used.
+ */
+typedef struct SeqLast
+{
+	Oid			config_relid;	/* hash key: installation and sequence id */
+	int32		id;
+	int64		last;
+} SeqLast;
+
+static HTAB *SeqLasts = NULL;
+
+static void
+EvictSequence(CacheEntry *e)
+{
+	SeqEntry   *entry = (SeqEntry *) e;
+
+	if (entry->acl)
+		pfree(entry->acl);
+	entry->acl = NULL;
+	if (entry->last_valid)
+	{
+		SeqLast		key;
+		SeqLast    *note;
+
+		if (SeqLasts == NULL)
+		{
+			HASHCTL		ctl;
+
+			ctl.keysize = offsetof(SeqLast, last);
+			ctl.entrysize = sizeof(SeqLast);
+			SeqLasts = hash_create("sharded_seq last values", 64, &ctl,
+								   HASH_ELEM | HASH_BLOBS);
+		}
+		memset(&key, 0, sizeof(key));
+		key.config_relid = entry->config_relid;
+		key.id = entry->id;
+		note = hash_search(SeqLasts, &key, HASH_ENTER, NULL);
+		note->last = entry->last;
+	}
+}
+
+/* A reloaded entry takes back what its evicted predecessor handed out. */
+static void
+RestoreLast(SeqEntry *entry)
+{
+	SeqLast		key;
+	SeqLast    *note;
+
+	if (SeqLasts == NULL)
+		return;
+	memset(&key, 0, sizeof(key));
+	key.config_relid = entry->config_relid;
+	key.id = entry->id;
+	note = hash_search(SeqLasts, &key, HASH_FIND, NULL);
+	if (note)
+	{
+		entry->last = note->last;
+		entry->last_valid = true;
+		hash_search(SeqLasts, &key, HASH_REMOVE, NULL);
+	}
+}
+
+static ObjectCache SeqCache = {
+	"sharded_seq sequences", KIND_SEQUENCE, sizeof(SeqEntry), EvictSequence
+};
 static uint32 SessionSalt = 0;
 
 /* Load name's configuration with the latest snapshot; false if it is gone. */
@@ -95,7 +163,7 @@ LoadSequenceConfig(SeqEntry *entry)
 	uint64		epoch;
 	Oid			config_relid;
 
-	args[0] = CStringGetTextDatum(entry->name);
+	args[0] = CStringGetTextDatum(entry->cache.name);
 	BeginAsOwner(&ctx);
 	PreparePlan(&plan,
 				"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl, c.tier,"
@@ -138,10 +206,10 @@ LoadSequenceConfig(SeqEntry *entry)
 		if (isnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("sharded sequence \"%s\" has no shards", entry->name),
+					 errmsg("sharded sequence \"%s\" has no shards", entry->cache.name),
 					 errdetail("Its rows in sharded_seq.sequence_shards are missing."),
 					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
-							 entry->name)));
+							 entry->cache.name)));
 		relids = DatumGetArrayTypeP(relids_datum);
 		deconstruct_array(relids, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
 						  &relid_values, NULL, &nrelids);
@@ -153,9 +221,10 @@ LoadSequenceConfig(SeqEntry *entry)
 			entry->have_block = false;
 			entry->last_valid = false;
 			entry->lease_valid = false;
+			entry->config_relid = config_relid;
+			entry->id = id;
+			RestoreLast(entry);
 		}
-		entry->config_relid = config_relid;
-		entry->id = id;
 		entry->generation = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 		entry->base = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
 		entry->shards = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
@@ -170,9 +239,9 @@ LoadSequenceConfig(SeqEntry *entry)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
 					 errmsg("sharded sequence \"%s\" has %d shards, expected %d",
-							entry->name, nrelids, entry->shards),
+							entry->cache.name, nrelids, entry->shards),
 					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
-							 entry->name)));
+							 entry->cache.name)));
 		entry->gen_uncommitted =
 			TransactionIdIsCurrentTransactionId(DatumGetTransactionId(shards_xmin));
 		entry->shard = (int32) ((SessionSalt + (uint32) id) % (uint32) entry->shards);
@@ -192,8 +261,7 @@ static SeqEntry *
 LookupSequence(FunctionCallInfo fcinfo)
 {
 	bool		is_new;
-	SeqEntry   *entry = CallSiteEntry(fcinfo, &SeqEntries, sizeof(SeqEntry),
-									  KIND_SEQUENCE, &is_new);
+	SeqEntry   *entry = (SeqEntry *) CallSiteEntry(fcinfo, &SeqCache, &is_new);
 
 	if (SessionSalt == 0)
 		SessionSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime) | 1;
@@ -201,18 +269,18 @@ LookupSequence(FunctionCallInfo fcinfo)
 	{
 		char		name[NAMEDATALEN];
 
-		strlcpy(name, entry->name, sizeof(name));
-		ForgetEntry(fcinfo, SeqEntries, entry, entry->acl);
+		strlcpy(name, entry->cache.name, sizeof(name));
+		ForgetEntry(&SeqCache, &entry->cache);
 		ReportNotFound(KIND_SEQUENCE, name);
 	}
 
 	/* See administrative changes committed by other sessions at once. */
 	AcceptInvalidationMessages();
 	if (entry->loaded_epoch != ConfigEpoch && !LoadSequenceConfig(entry))
-		ReportNotFound(KIND_SEQUENCE, entry->name);
+		ReportNotFound(KIND_SEQUENCE, entry->cache.name);
 	if (entry->checked_user != GetUserId() || entry->checked_epoch != PrivilegeEpoch)
 	{
-		CheckPrivilege(KIND_SEQUENCE, entry->name, entry->owner, entry->acl, ACL_USAGE);
+		CheckPrivilege(KIND_SEQUENCE, entry->cache.name, entry->owner, entry->acl, ACL_USAGE);
 		entry->checked_user = GetUserId();
 		entry->checked_epoch = PrivilegeEpoch;
 	}
@@ -277,7 +345,7 @@ ProtectOlderGenerations(SeqEntry *entry, int64 last)
 				"       OPERATOR(pg_catalog.<) $2",
 				2, set_types);
 	if (SPI_execute_plan(list_plan, list_args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list the generations of sharded sequence \"%s\"", entry->name);
+		elog(ERROR, "could not list the generations of sharded sequence \"%s\"", entry->cache.name);
 	rows = SPI_tuptable;
 	n = SPI_processed;
 	for (uint64 i = 0; i < n; i++)
@@ -318,7 +386,7 @@ ProtectOlderGenerations(SeqEntry *entry, int64 last)
 
 			if (SPI_execute_plan(set_plan, set_args, NULL, false, 0) != SPI_OK_SELECT)
 				elog(ERROR, "could not advance shard %u of sharded sequence \"%s\"",
-					 relid, entry->name);
+					 relid, entry->cache.name);
 		}
 	}
 	EndAsOwner(&ctx);
@@ -350,7 +418,7 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 			break;
 		UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
 		if (!LoadSequenceConfig(entry))
-			ReportNotFound(KIND_SEQUENCE, entry->name);
+			ReportNotFound(KIND_SEQUENCE, entry->cache.name);
 	}
 	k = nextval_internal(entry->shard_relid, false);
 	UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
@@ -359,7 +427,7 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 	if (overflow)
 		ereport(ERROR,
 				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
-				 errmsg("sharded sequence \"%s\" has reached its maximum value", entry->name),
+				 errmsg("sharded sequence \"%s\" has reached its maximum value", entry->cache.name),
 				 errdetail("Values never wrap around past %lld.", (long long) PG_INT64_MAX),
 				 errhint("Move to a new sequence, or lower block and shards with sharded_seq.alter_sequence() if the remaining range is being skipped.")));
 	if (pg_add_s64_overflow(*first, (int64) entry->block - 1, last))
@@ -618,7 +686,7 @@ sharded_currval(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("sharded_currval of sequence \"%s\" is not yet defined in this session",
-						entry->name),
-				 errhint("Call sharded_nextval('%s') in this session first.", entry->name)));
+						entry->cache.name),
+				 errhint("Call sharded_nextval('%s') in this session first.", entry->cache.name)));
 	PG_RETURN_INT64(entry->last);
 }

@@ -164,9 +164,10 @@ LockSequenceDraws(int32 seq_id)
  * are in force again, and a draw from the new generation may first need to
  * advance them.
  */
-static void
+int
 ReapShards(void)
 {
+	int			reaped = 0;
 	static SPIPlanPtr list_plan = NULL;
 	static SPIPlanPtr delete_plan = NULL;
 	Oid			del_argtypes[1] = {OIDOID};
@@ -203,7 +204,9 @@ ReapShards(void)
 							quote_identifier(relname)));
 		if (SPI_execute_plan(delete_plan, del_args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not forget shard %u", relid);
+		reaped++;
 	}
+	return reaped;
 }
 
 /* Read and row-lock a sequence's config row; false if there is none. */

@@ -17,7 +17,10 @@ PG_MODULE_MAGIC;
 
 int			DefaultSequenceShards = 4;
 int			DefaultBlock = 1000;
-int			DefaultCounterShards = 16;
+int			DefaultCounterShards = 0;
+int			MaxCounterShards = 16;
+int			SessionCacheSize = 25000;
+int			CounterFoldAfter = 60;
 int			DefaultLeaseSize = 10000;
 int			CounterFlushInterval = 10;
 
@@ -96,9 +99,23 @@ _PG_init(void)
 							&DefaultBlock, 1000, 1, SHARDED_SEQ_MAX_BLOCK,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("sharded_seq.default_counter_shards",
-							"Shards given to a counter that create_counter() or counter_incr() creates without being told.",
-							"About as many shards as concurrent writers keeps increments from waiting.",
-							&DefaultCounterShards, 16, 1, SHARDED_SEQ_MAX_SHARDS,
+							"Shard rows pinned for a counter that create_counter() or counter_incr() creates without being told; 0 makes it adaptive.",
+							"An adaptive counter is one row that grows under contention, up to sharded_seq.max_counter_shards.",
+							&DefaultCounterShards, 0, 0, SHARDED_SEQ_MAX_SHARDS,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("sharded_seq.max_counter_shards",
+							"Most rows an adaptive counter grows to.",
+							"A commit that finds every row of an adaptive counter held adds one, up to this many, instead of waiting.",
+							&MaxCounterShards, 16, 1, SHARDED_SEQ_MAX_SHARDS,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("sharded_seq.counter_fold_after",
+							"How long an adaptive counter's extra rows stay idle before maintain() folds them back.",
+							NULL, &CounterFoldAfter, 60, 1, MAX_FLUSH_INTERVAL_S,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("sharded_seq.session_cache_size",
+							"Most sequences, and most counters, a session keeps loaded at once.",
+							"The least recently used is dropped beyond this; each entry costs a few hundred bytes.",
+							&SessionCacheSize, 25000, 16, 10000000,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("sharded_seq.default_lease_size",
 							"Values in each memcached lease of a memcached-tier sequence when create_sequence() is not told.",

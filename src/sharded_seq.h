@@ -13,6 +13,9 @@
 #include "storage/itemptr.h"
 #include "fmgr.h"
 #include "utils/acl.h"
+#include "utils/relcache.h"
+#include "access/htup.h"
+#include "lib/ilist.h"
 #include "utils/hsearch.h"
 
 #define SHARDED_SEQ_SCHEMA		"sharded_seq"
@@ -36,6 +39,9 @@ extern int	DefaultBlock;
 extern int	DefaultCounterShards;
 extern int	DefaultLeaseSize;
 extern int	CounterFlushInterval;
+extern int	MaxCounterShards;
+extern int	SessionCacheSize;
+extern int	CounterFoldAfter;
 
 /* catalog.c */
 extern uint64 ConfigEpoch;
@@ -49,6 +55,7 @@ extern void ValidateBlock(int block);
 extern Oid	ExtensionOwner(void);
 extern Oid	ConfigRelid(const char *relname);
 extern bool ShardLayoutsStored(void);
+extern bool AdaptiveCountersStored(void);
 extern Oid	CurrentInstallation(void);
 typedef struct OwnerContext
 {
@@ -68,10 +75,29 @@ extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner, Oid rol
 extern Acl *ChangeAcl(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 					  const char *grantee, const char *privilege, bool grant);
 extern Acl *CopyAcl(Datum value, bool isnull);
-extern void *CallSiteEntry(FunctionCallInfo fcinfo, HTAB **table,
-						   Size entrysize, ObjectKind kind, bool *is_new);
-extern void ForgetEntry(FunctionCallInfo fcinfo, HTAB *table, void *entry,
-						Acl *acl);
+/* A bounded per-session cache of objects by name; entries start with this. */
+typedef struct CacheEntry
+{
+	char		name[NAMEDATALEN];	/* hash key */
+	dlist_node	lru;
+	uint64		incarnation;	/* unique per entry made; 0 once evicted */
+} CacheEntry;
+
+typedef struct ObjectCache
+{
+	const char *label;
+	ObjectKind	kind;
+	Size		entrysize;
+	void		(*evict) (CacheEntry *entry);	/* release what it owns */
+	HTAB	   *table;
+	dlist_head	lru;			/* most recently used first */
+	long		count;
+} ObjectCache;
+
+extern CacheEntry *CacheLookup(ObjectCache *cache, const char *name, bool *is_new);
+extern CacheEntry *CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache,
+								 bool *is_new);
+extern void ForgetEntry(ObjectCache *cache, CacheEntry *entry);
 extern void AnnounceConfigChange(const char *relname);
 extern void ReportNotFound(ObjectKind kind, const char *name);
 extern int32 NextObjectId(void);
@@ -139,6 +165,18 @@ typedef struct CounterPlace
 	BlockNumber pages[COUNTER_PLACE_PAGES];
 } CounterPlace;
 
+/* A counter's configuration row, as the engine needs it. */
+typedef struct CounterConfigRow
+{
+	int32		id;
+	int32		shards;			/* pinned layout, or 0: adaptive */
+	bool		buffered;
+	Oid			owner;
+	Acl		   *acl;			/* in TopMemoryContext, or NULL */
+	TransactionId xmin;
+} CounterConfigRow;
+
+extern bool FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row);
 extern int128 CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs,
 						 int *nrefs);
 extern bool CounterApply(int32 counter_id, int32 preferred, int64 delta,
@@ -154,6 +192,18 @@ typedef enum CounterApplyResult
 
 extern CounterApplyResult CounterTryApply(int32 counter_id, int32 preferred,
 										  int64 delta);
+extern void InsertIndexEntries(Relation rel, HeapTuple newtup, bool only_summarizing);
+
+typedef enum MaintainResult
+{
+	MAINTAIN_NOTHING,
+	MAINTAIN_FOLDED,			/* idle rows folded into one (perhaps gathered too) */
+	MAINTAIN_GATHERED,			/* rows rewritten together */
+	MAINTAIN_BUSY				/* a row was held or changed: undo, try later */
+} MaintainResult;
+
+extern MaintainResult MaintainCounterRows(int32 counter_id, bool fold,
+										  TransactionId idle_before);
 
 /* counter.c */
 extern void CounterInit(void);
@@ -177,6 +227,7 @@ extern bool InsertCounter(const char *name, int32 shards, const char *mode,
 						  Oid owner, bool if_not_exists);
 
 /* sequence_admin.c */
+extern int	ReapShards(void);
 extern int64 GenerationHighWater(int32 seq_id, int32 generation, int64 base,
 								 int32 shards, int32 block);
 extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,

@@ -30,13 +30,14 @@ B_PID=$(tail -n 2 "$WORK/B.out" | head -1)
 # an invalidation, so that B's next call reads its configuration again
 q "SELECT sharded_seq.grant_sequence('rc', 'public'), sharded_seq.grant_counter('rcc', 'public')" >/dev/null
 
-# stop_in_config_read TAG: gdb stops B at its next configuration read, once
-# its snapshot is taken; it touches $WORK/stopped.TAG there, and lets B go on
-# when $WORK/go.TAG appears
+# stop_in_config_read TAG BREAKPOINT: gdb stops B at its next configuration
+# read, once its snapshot is taken; it touches $WORK/stopped.TAG there, and
+# lets B go on when $WORK/go.TAG appears.  Sequences read through SPI,
+# counters directly (FetchCounterConfig), so each has its own breakpoint.
 stop_in_config_read() {
     gdb -q -p "$B_PID" -batch \
         -ex 'set pagination off' \
-        -ex 'break SPI_execute_snapshot' \
+        -ex "break $2" \
         -ex 'continue' \
         -ex "shell touch $WORK/stopped.$1; while [ ! -f $WORK/go.$1 ]; do sleep 0.05; done" \
         -ex 'delete' \
@@ -51,7 +52,7 @@ stopped() {  # stopped TAG: wait until B is stopped in its configuration read
 }
 go_on() { touch "$WORK/go.$1"; wait "$GDB_PID" || true; GDB_PID=""; }
 
-stop_in_config_read seq
+stop_in_config_read seq SPI_execute_snapshot
 
 session_send B "SELECT sharded_nextval('rc') FROM generate_series(1, 30);"
 stopped seq
@@ -87,7 +88,7 @@ echo "RESULT session B: $below of 60 values below the new generation's start $hi
 session_send B "SELECT counter_value('rcc');"
 session_sync B
 q "SELECT sharded_seq.grant_counter('rcc', 'public', 'select')" >/dev/null
-stop_in_config_read ctr
+stop_in_config_read ctr 'systable_beginscan if $_caller_is("FetchCounterConfig")'
 session_send B "BEGIN; SELECT counter_incr('rcc', 5);"
 stopped ctr
 q "SELECT sharded_seq.alter_counter('rcc', shards => 1)" >/dev/null

@@ -117,4 +117,16 @@ SQL
     final="$(totals "$db")"
     echo "RESULT $v after more increments: $final"
     [ "$final" = "$want" ] || { echo "totals are $final, not $want"; exit 1; }
+
+    # counters from before keep their layout; new ones are adaptive, and
+    # maintain() works on the updated schema without changing a total
+    layout="$(psql -qXAt -v ON_ERROR_STOP=1 -d "$db" <<'SQL'
+SELECT counter_incr('new_c');
+SELECT string_agg(name || ':' || shards || ':' || adaptive, ' ' ORDER BY name) FROM sharded_seq.counters;
+SELECT 'maintain ' || (sharded_seq.maintain()).compacted;
+SQL
+)"
+    echo "RESULT $v layouts after the update: ${layout//$'\n'/ }"
+    [ "$(echo "$layout" | sed -n 2p)" = "buf_c:2:false exact_c:4:false new_c:1:true" ] || { echo "unexpected layouts"; exit 1; }
+    [ "$(totals "$db")" = "$want new_c=1" ] || { echo "totals changed after maintain(): $(totals "$db")"; exit 1; }
 done
