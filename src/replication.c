@@ -1,0 +1,113 @@
+/*
+ * replication.c
+ *	  Synchronous standbys: a sequence block or memcached lease is used only
+ *	  once the standbys that a commit would wait for have confirmed its WAL.
+ *
+ * XLogFlush makes a reservation durable on this server only.  A standby that
+ * never received it can be promoted and carve the same block again, so when
+ * synchronous replication is in force the reservation's LSN is waited for as
+ * a commit record is, once per block.  SyncRepWaitForLSN turns a cancel or a
+ * termination into a WARNING and returns, so afterwards the standbys'
+ * confirmed position is checked, and an unconfirmed block raises an error
+ * before anything could use it.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
+#include "storage/lwlock.h"
+
+#include "sharded_seq.h"
+
+/*
+ * The level a wait for a non-commit record uses: SyncRepWaitForLSN caps it
+ * at remote flush, because only commit records report their replay.
+ */
+static int
+SyncWaitMode(void)
+{
+	switch (synchronous_commit)
+	{
+		case SYNCHRONOUS_COMMIT_REMOTE_WRITE:
+			return SYNC_REP_WAIT_WRITE;
+		case SYNCHRONOUS_COMMIT_REMOTE_FLUSH:
+		case SYNCHRONOUS_COMMIT_REMOTE_APPLY:
+			return SYNC_REP_WAIT_FLUSH;
+		default:
+			return SYNC_REP_NO_WAIT;
+	}
+}
+
+/*
+ * Would SyncRepWaitForLSN wait for standbys now?  The same test it makes:
+ * the shared state the checkpointer keeps, or this backend's setting until
+ * the checkpointer has read it.  Minor releases of 15 and 17 older than the
+ * fix that added sync_standbys_status keep a plain flag.
+ */
+static bool
+SyncStandbysInForce(void)
+{
+#ifdef SYNC_STANDBY_DEFINED
+	bits8		status = ((volatile WalSndCtlData *) WalSndCtl)->sync_standbys_status;
+
+	if (status & SYNC_STANDBY_INIT)
+		return (status & SYNC_STANDBY_DEFINED) != 0;
+	return SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+#else
+	return ((volatile WalSndCtlData *) WalSndCtl)->sync_standbys_defined;
+#endif
+}
+
+/* Have the synchronous standbys confirmed lsn at this level? */
+static bool
+LsnConfirmed(XLogRecPtr lsn, int mode)
+{
+	bool		confirmed;
+
+	LWLockAcquire(SyncRepLock, LW_SHARED);
+	confirmed = lsn <= WalSndCtl->lsn[mode];
+	LWLockRelease(SyncRepLock);
+	return confirmed;
+}
+
+/*
+ * Wait until the synchronous standbys confirm lsn, the end of the WAL that
+ * reserves a block of sequence seqname, if this transaction's commit would
+ * wait for them.  Raises an error if the wait ends unconfirmed; the caller
+ * must not have installed the block yet.
+ */
+void
+WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname)
+{
+	int			mode = SyncWaitMode();
+
+	if (!SyncRepRequested() || mode == SYNC_REP_NO_WAIT || WalSndCtl == NULL ||
+		!SyncStandbysInForce())
+		return;
+
+	/* as at commit: the wait's queue cleanup must not be interrupted */
+	HOLD_INTERRUPTS();
+	SyncRepWaitForLSN(lsn, false);
+	RESUME_INTERRUPTS();
+
+	/*
+	 * The wait also ends when the standbys are switched off (no longer in
+	 * force: a commit would not wait either), or on a cancel, a termination
+	 * or the postmaster's death, which only warn.
+	 */
+	if (!SyncStandbysInForce() || LsnConfirmed(lsn, mode))
+		return;
+
+	/* a termination ends the session here (FATAL) */
+	CHECK_FOR_INTERRUPTS();
+	ereport(ERROR,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("wait for the synchronous standbys to confirm a block of sharded sequence \"%s\" was canceled",
+					seqname),
+			 errdetail("The block reserved at %X/%X is discarded unused; the warning about a local commit does not apply to it.",
+					   LSN_FORMAT_ARGS(lsn)),
+			 errhint("Retry once the synchronous standbys are connected and streaming, or stop waiting for them in this session with SET synchronous_commit = local.")));
+}
