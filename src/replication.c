@@ -44,8 +44,8 @@ SyncWaitMode(void)
 /*
  * Would SyncRepWaitForLSN wait for standbys now?  The same test it makes:
  * the shared state the checkpointer keeps, or this backend's setting until
- * the checkpointer has read it.  Minor releases of 15 and 17 older than the
- * fix that added sync_standbys_status keep a plain flag.
+ * the checkpointer has read it.  Minor releases older than the fix that
+ * added sync_standbys_status keep a plain flag.
  */
 static bool
 SyncStandbysInForce(void)
@@ -61,16 +61,22 @@ SyncStandbysInForce(void)
 #endif
 }
 
-/* Have the synchronous standbys confirmed lsn at this level? */
+/*
+ * Did the wait for lsn end the way a commit's wait may end: confirmed at this
+ * level, or released because synchronous standbys are no longer in force?
+ * Both are read under the lock the checkpointer holds while it releases the
+ * waiters and then clears the flag, so that release is never mistaken for a
+ * cancel.
+ */
 static bool
-LsnConfirmed(XLogRecPtr lsn, int mode)
+WaitFulfilled(XLogRecPtr lsn, int mode)
 {
-	bool		confirmed;
+	bool		fulfilled;
 
 	LWLockAcquire(SyncRepLock, LW_SHARED);
-	confirmed = lsn <= WalSndCtl->lsn[mode];
+	fulfilled = !SyncStandbysInForce() || lsn <= WalSndCtl->lsn[mode];
 	LWLockRelease(SyncRepLock);
-	return confirmed;
+	return fulfilled;
 }
 
 /*
@@ -93,12 +99,8 @@ WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname)
 	SyncRepWaitForLSN(lsn, false);
 	RESUME_INTERRUPTS();
 
-	/*
-	 * The wait also ends when the standbys are switched off (no longer in
-	 * force: a commit would not wait either), or on a cancel, a termination
-	 * or the postmaster's death, which only warn.
-	 */
-	if (!SyncStandbysInForce() || LsnConfirmed(lsn, mode))
+	/* otherwise a cancel, a termination or the postmaster's death: it warned */
+	if (WaitFulfilled(lsn, mode))
 		return;
 
 	/* a termination ends the session here (FATAL) */
