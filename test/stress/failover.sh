@@ -9,7 +9,8 @@
 # primary crashes, the stalled receiver is killed with what it had not read,
 # the standby is promoted and draws past everything handed out before.
 # No sharded value may come back; native nextval must (else the scenario did
-# not bite); a cancelled wait must raise an error and hand out nothing.
+# not bite); a cancelled wait must raise an error and hand out nothing, and a
+# wait released by emptying synchronous_standby_names hands out its block.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -233,6 +234,30 @@ post=$(( (SESSIONS + 2) * (BEFORE + STALLED) * 2 ))
 ssq -d stress -c "SELECT sharded_nextval('s') FROM generate_series(1, $post)" >"$WORK/post.s"
 ssq -d stress -c "SELECT sharded_nextval('m') FROM generate_series(1, $(( MC_SESSIONS * (BEFORE + STALLED) * 2 + 1000 )))" >"$WORK/post.m"
 ssq -d stress -c "SELECT nextval('native_s') FROM generate_series(1, $(( NATIVE * (BEFORE + STALLED) * 2 )))" >"$WORK/post.n"
+
+# like a commit, a wait ends without an error when synchronous_standby_names
+# is emptied: the promoted node names a standby it does not have, then not
+ssq -c "ALTER SYSTEM SET synchronous_standby_names = '*'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 1
+PGPORT="$SPORT" session_open r1
+session_send r1 "SELECT sharded_nextval('s') FROM generate_series(1, 100);"
+r1_waited=no
+for _ in $(seq 1 50); do
+    [ "$(ssq -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'r1' AND wait_event = 'SyncRep'")" = 1 ] \
+        && { r1_waited=yes; break; }
+    sleep 0.1
+done
+ssq -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
+session_sync r1
+session_close r1
+r1_values=$(grep -c '^[0-9]' "$WORK/r1.out" || true)
+r1_errors=$(grep -c 'ERROR' "$WORK/r1.err" || true)
+echo "RESULT released: with a standby named but absent the draw waited $r1_waited; emptying synchronous_standby_names released it with $r1_values of 100 values and $r1_errors errors"
+if [ "$r1_waited" != yes ] || [ "$r1_values" != 100 ] || [ "$r1_errors" != 0 ]; then
+    echo "FAIL: a wait released by emptying synchronous_standby_names must hand out its block"
+    fail=1
+fi
+cat "$WORK/r1.out" >>"$WORK/post.s"
 
 python3 - "$WORK" <<'PY' || fail=1
 import sys
