@@ -19,6 +19,7 @@
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
 #include "storage/lwlock.h"
+#include "utils/guc.h"
 
 #include "sharded_seq.h"
 
@@ -42,23 +43,48 @@ SyncWaitMode(void)
 }
 
 /*
+ * The checkpointer's record of synchronous_standby_names in WalSndCtl is one
+ * byte that minor releases changed: a bool sync_standbys_defined before,
+ * flags sync_standbys_status (initialized, defined) from 15.13, 16.9 and 17.5
+ * on.  A module built against one may run on the other, so the byte is read
+ * as the running server lays it out.
+ */
+#define STATUS_INIT		(1 << 0)	/* SYNC_STANDBY_INIT */
+#define STATUS_DEFINED	(1 << 1)	/* SYNC_STANDBY_DEFINED */
+
+#ifdef SYNC_STANDBY_DEFINED
+#define SYNC_STANDBYS_BYTE(ctl) ((ctl)->sync_standbys_status)
+#else
+#define SYNC_STANDBYS_BYTE(ctl) ((ctl)->sync_standbys_defined)
+#endif
+
+static bool
+ServerHasStatusFlags(void)
+{
+	static int	version = 0;
+
+	if (version == 0)
+		version = atoi(GetConfigOption("server_version_num", false, false));
+	return version >= 170005 ||
+		(version >= 160009 && version < 170000) ||
+		(version >= 150013 && version < 160000);
+}
+
+/*
  * Would SyncRepWaitForLSN wait for standbys now?  The same test it makes:
- * the shared state the checkpointer keeps, or this backend's setting until
- * the checkpointer has read it.  Minor releases older than the fix that
- * added sync_standbys_status keep a plain flag.
+ * the checkpointer's record, or this backend's setting until the
+ * checkpointer has read it.
  */
 static bool
 SyncStandbysInForce(void)
 {
-#ifdef SYNC_STANDBY_DEFINED
-	bits8		status = ((volatile WalSndCtlData *) WalSndCtl)->sync_standbys_status;
+	uint8		status = *(volatile uint8 *) &SYNC_STANDBYS_BYTE(WalSndCtl);
 
-	if (status & SYNC_STANDBY_INIT)
-		return (status & SYNC_STANDBY_DEFINED) != 0;
+	if (!ServerHasStatusFlags())
+		return status != 0;
+	if (status & STATUS_INIT)
+		return (status & STATUS_DEFINED) != 0;
 	return SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
-#else
-	return ((volatile WalSndCtlData *) WalSndCtl)->sync_standbys_defined;
-#endif
 }
 
 /*
