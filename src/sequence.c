@@ -7,7 +7,8 @@
  * session's shard, a native sequence, with nextval_internal(): that is
  * WAL-logged and never rolled back.  The WAL that covers the reservation is
  * flushed before any value of the block is returned, so no crash can hand a
- * value out twice.
+ * value out twice; with synchronous standbys, they confirm it first as well
+ * (replication.c), so no failover to one of them can either.
  *
  * A memcached-tier sequence has one shard, so the blocks it carves increase
  * in the order they are carved.  Each block is a lease that memcached hands
@@ -288,10 +289,11 @@ LookupSequence(FunctionCallInfo fcinfo)
 }
 
 /*
- * Make the WAL record that covers the shard's last reservation durable.
- * nextval_internal() logs ahead and stamps the page with that record's LSN.
+ * Make the WAL record that covers the shard's last reservation durable, and
+ * return its LSN.  nextval_internal() logs ahead and stamps the page with
+ * that record's LSN.
  */
-static void
+static XLogRecPtr
 FlushShardReservation(Oid relid)
 {
 	Relation	rel = relation_open(relid, NoLock);
@@ -303,6 +305,7 @@ FlushShardReservation(Oid relid)
 	UnlockReleaseBuffer(buf);
 	relation_close(rel, NoLock);
 	XLogFlush(lsn);
+	return lsn;
 }
 
 /*
@@ -393,8 +396,9 @@ ProtectOlderGenerations(SeqEntry *entry, int64 last)
 }
 
 /*
- * Reserve the next block of this session's shard, durably, and return its
- * first and last values.
+ * Reserve the next block of this session's shard, durably (on the
+ * synchronous standbys too, when they are in force), and return its first
+ * and last values.
  */
 static void
 CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
@@ -403,6 +407,7 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 	int32		locked_id;
 	int64		k;
 	bool		overflow;
+	XLogRecPtr	lsn;
 
 	/*
 	 * Hold the sequence's draw lock while reserving: a layout change takes it
@@ -436,10 +441,17 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 	if (entry->gen_uncommitted)
 	{
 		ProtectOlderGenerations(entry, *last);
-		XLogFlush(XactLastRecEnd);
+		lsn = XactLastRecEnd;
+		XLogFlush(lsn);
 	}
 	else
-		FlushShardReservation(entry->shard_relid);
+		lsn = FlushShardReservation(entry->shard_relid);
+
+	/*
+	 * A promoted standby must know the block too.  An error here leaves the
+	 * block unused: the callers install or publish it only after we return.
+	 */
+	WaitForSyncStandbys(lsn, entry->name);
 }
 
 static void

@@ -8,6 +8,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "access/xlogdefs.h"
 #include "executor/spi.h"
 #include "storage/block.h"
 #include "storage/itemptr.h"
@@ -225,6 +226,9 @@ extern bool MemcachedPending(int32 counter_id, int64 *amount);
 /* counter_admin.c */
 extern bool InsertCounter(const char *name, int32 shards, const char *mode,
 						  Oid owner, bool if_not_exists);
+
+/* replication.c */
+extern void WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname);
 
 /* sequence_admin.c */
 extern int	ReapShards(void);
