@@ -451,7 +451,7 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 	 * A promoted standby must know the block too.  An error here leaves the
 	 * block unused: the callers install or publish it only after we return.
 	 */
-	WaitForSyncStandbys(lsn, entry->name);
+	WaitForSyncStandbys(lsn, entry->cache.name);
 }
 
 static void
