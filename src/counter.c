@@ -55,6 +55,9 @@ EvictCounter(CacheEntry *e)
 	if (entry->acl)
 		pfree(entry->acl);
 	entry->acl = NULL;
+	if (entry->place.roots)
+		pfree(entry->place.roots);
+	entry->place.roots = NULL;
 }
 
 static ObjectCache CounterCache = {
@@ -235,7 +238,9 @@ LoadCounterConfig(CounterEntry *entry)
 		entry->place.counter_id = entry->id;
 		entry->place.shards = entry->shards;
 		entry->place.config_xmin = row.xmin;
-		entry->place.npages = 0;
+		if (entry->place.roots)
+			pfree(entry->place.roots);
+		entry->place.roots = NULL;
 		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) %
 								(uint32) (entry->shards > 0 ? entry->shards : MaxCounterShards));
 	}

@@ -15,6 +15,7 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "access/relscan.h"
 #include "access/htup_details.h"
 #include "access/skey.h"
 #include "access/stratnum.h"
@@ -144,124 +145,133 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
 }
 
 /*
- * Sum one heap page's visible rows of a counter into *sum, noting each
- * shard seen.  Returns false if a shard appears twice or lies outside
- * 0..nshards-1, which only the index scan may judge.
+ * The fast read of a pinned counter: each shard's row from the root of its
+ * HOT chain, remembered from an index scan (a HOT update keeps the root).
+ * It is trusted only if every shard 0..shards-1 has a row visible to the
+ * snapshot there, and the counter's last layout change is visible to the
+ * snapshot, so the snapshot cannot see rows of another layout; the primary
+ * key then leaves no room for another visible row.  Otherwise the caller
+ * scans the index.  An adaptive counter's rows come and go: never trusted.
  */
 static bool
-ScanPage(Relation rel, BlockNumber blk, int32 counter_id, int32 nshards,
-		 Snapshot snapshot, bool *seen, int *nseen, int128 *sum,
-		 ShardRef *refs)
+ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
+			  int128 *sum, ShardRef **refs, int *nrefs)
 {
-	Buffer		buf;
-	Page		page;
-	OffsetNumber maxoff;
 	TupleDesc	desc = RelationGetDescr(rel);
+	BlockNumber nblocks;
+	Buffer		buf = InvalidBuffer;
+	ShardRef   *found = NULL;
 	bool		ok = true;
 
-	if (blk >= RelationGetNumberOfBlocks(rel))
-		return false;
-	buf = ReadBuffer(rel, blk);
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	page = BufferGetPage(buf);
-	maxoff = PageGetMaxOffsetNumber(page);
-	for (OffsetNumber off = FirstOffsetNumber; off <= maxoff && ok; off++)
-	{
-		ItemId		lp = PageGetItemId(page, off);
-		HeapTupleData tup;
-		bool		isnull;
-		int32		shard;
-
-		if (!ItemIdIsNormal(lp))
-			continue;
-		tup.t_data = (HeapTupleHeader) PageGetItem(page, lp);
-		tup.t_len = ItemIdGetLength(lp);
-		tup.t_tableOid = RelationGetRelid(rel);
-		ItemPointerSet(&tup.t_self, blk, off);
-		if (DatumGetInt32(heap_getattr(&tup, Anum_shard_counter_id, desc, &isnull)) != counter_id ||
-			!HeapTupleSatisfiesVisibility(&tup, snapshot, buf))
-			continue;
-		shard = DatumGetInt32(heap_getattr(&tup, Anum_shard_shard, desc, &isnull));
-		if (shard < 0 || shard >= nshards || seen[shard])
-		{
-			ok = false;
-			break;
-		}
-		seen[shard] = true;
-		(*nseen)++;
-		*sum += DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
-		if (refs)
-		{
-			refs[shard].shard = shard;
-			refs[shard].tid = tup.t_self;
-			refs[shard].value = DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
-		}
-	}
-	UnlockReleaseBuffer(buf);
-	return ok;
-}
-
-/*
- * The fast read: the counter's rows, where they were last seen (a HOT
- * update keeps a row on its page).  It is trusted only when those pages
- * hold exactly one visible row for each of the counter's shards, and the
- * counter's last shard change is visible to the snapshot, so the snapshot
- * cannot see rows of another layout.  Otherwise the caller scans the index.
- */
-static bool
-ReadKnownPages(Relation rel, CounterPlace *place, Snapshot snapshot,
-			   int128 *sum, ShardRef **refs, int *nrefs)
-{
-	bool	   *seen;
-	int			nseen = 0;
-	ShardRef   *found = NULL;
-
-	if (place == NULL || place->npages == 0 || place->shards == 0 ||
+	if (place == NULL || place->roots == NULL || place->shards == 0 ||
 		IsolationIsSerializable() ||
 		!TransactionIdIsValid(place->config_xmin) ||
 		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
 		!TransactionIdDidCommit(place->config_xmin))
 		return false;
-	seen = palloc0(place->shards * sizeof(bool));
 	if (refs)
 		found = palloc(place->shards * sizeof(ShardRef));
 	*sum = 0;
-	for (int i = 0; i < place->npages; i++)
-		if (!ScanPage(rel, place->pages[i], place->counter_id, place->shards,
-					  snapshot, seen, &nseen, sum, found))
-			return false;
-	if (nseen != place->shards)
+	/* remembered rows may lie past the end of a table VACUUM truncated */
+	nblocks = RelationGetNumberOfBlocks(rel);
+	for (int shard = 0; shard < place->shards && ok; shard++)
+	{
+		ItemPointerData tid = place->roots[shard];
+		BlockNumber blk = ItemPointerGetBlockNumber(&tid);
+		HeapTupleData tup;
+		bool		all_dead;
+		bool		isnull;
+
+		if (blk >= nblocks)
+		{
+			ok = false;
+			break;
+		}
+		if (!BufferIsValid(buf) || BufferGetBlockNumber(buf) != blk)
+		{
+			if (BufferIsValid(buf))
+				UnlockReleaseBuffer(buf);
+			buf = ReadBuffer(rel, blk);
+			heap_page_prune_opt(rel, buf);
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+		}
+		/* a pruned root may have been reused: the row must be ours */
+		ok = ItemPointerGetOffsetNumber(&tid) <= PageGetMaxOffsetNumber(BufferGetPage(buf)) &&
+			heap_hot_search_buffer(&tid, rel, buf, snapshot, &tup, &all_dead, true) &&
+			DatumGetInt32(heap_getattr(&tup, Anum_shard_counter_id, desc, &isnull)) == place->counter_id &&
+			DatumGetInt32(heap_getattr(&tup, Anum_shard_shard, desc, &isnull)) == shard;
+		if (!ok)
+			break;
+		tup.t_self = tid;
+		*sum += DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
+		if (found)
+		{
+			found[shard].shard = shard;
+			found[shard].tid = tid;
+			found[shard].value = DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
+		}
+	}
+	if (BufferIsValid(buf))
+		UnlockReleaseBuffer(buf);
+	if (!ok)
 		return false;
 	if (refs)
 	{
 		*refs = found;
-		*nrefs = nseen;
+		*nrefs = place->shards;
 	}
 	return true;
 }
 
-/* Remember which pages hold the counter's rows, from an index scan's refs. */
+/*
+ * Remember the root of each shard's HOT chain, for a pinned counter, from
+ * an index scan's refs.  The roots stay put while HOT updates move the row
+ * along its chain.
+ */
 static void
-RememberPages(CounterPlace *place, ShardRef *refs, int n)
+RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 {
-	place->npages = 0;
-	if (place->shards == 0)
-		return;					/* adaptive: rows come and go, the index knows */
-	for (int i = 0; i < n; i++)
-	{
-		BlockNumber blk = ItemPointerGetBlockNumber(&refs[i].tid);
-		bool		known = false;
+	OffsetNumber *roots;
+	Buffer		buf = InvalidBuffer;
+	bool		ok = true;
 
-		for (int j = 0; j < place->npages; j++)
-			known |= (place->pages[j] == blk);
-		if (known)
-			continue;
-		if (place->npages == COUNTER_PLACE_PAGES)
+	if (place->roots)
+		pfree(place->roots);
+	place->roots = NULL;
+	if (place->shards == 0 || n != place->shards)
+		return;
+	place->roots = MemoryContextAllocZero(TopMemoryContext, n * sizeof(ItemPointerData));
+	roots = palloc(MaxHeapTuplesPerPage * sizeof(OffsetNumber));
+	for (int i = 0; i < n && ok; i++)
+	{
+		int32		shard = refs[i].shard;
+		BlockNumber blk = ItemPointerGetBlockNumber(&refs[i].tid);
+		OffsetNumber root;
+
+		if (shard < 0 || shard >= n || ItemPointerIsValid(&place->roots[shard]))
 		{
-			place->npages = 0;	/* too scattered to be worth it */
-			return;
+			ok = false;
+			break;
 		}
-		place->pages[place->npages++] = blk;
+		if (!BufferIsValid(buf) || BufferGetBlockNumber(buf) != blk)
+		{
+			if (BufferIsValid(buf))
+				UnlockReleaseBuffer(buf);
+			buf = ReadBuffer(rel, blk);
+			LockBuffer(buf, BUFFER_LOCK_SHARE);
+			heap_get_root_tuples(BufferGetPage(buf), roots);
+		}
+		root = roots[ItemPointerGetOffsetNumber(&refs[i].tid) - 1];
+		ok = OffsetNumberIsValid(root);
+		ItemPointerSet(&place->roots[shard], blk, root);
+	}
+	if (BufferIsValid(buf))
+		UnlockReleaseBuffer(buf);
+	pfree(roots);
+	if (!ok)
+	{
+		pfree(place->roots);
+		place->roots = NULL;
 	}
 }
 
@@ -284,13 +294,13 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pushed = true;
 	}
-	if (!ReadKnownPages(rel, place, GetActiveSnapshot(), &sum, refs, nrefs))
+	if (!ReadKnownRows(rel, place, GetActiveSnapshot(), &sum, refs, nrefs))
 	{
 		if (place && !refs)
 			refs = &local, nrefs = &nlocal;
 		sum = ScanShards(rel, counter_id, GetActiveSnapshot(), refs, nrefs);
 		if (place && refs)
-			RememberPages(place, *refs, *nrefs);
+			RememberRows(rel, place, *refs, *nrefs);
 	}
 	if (pushed)
 		PopActiveSnapshot();

@@ -151,19 +151,17 @@ extern void StatsShmemRequest(void);
 typedef struct ShardRef
 {
 	int32		shard;
-	ItemPointerData tid;
+	ItemPointerData tid;		/* the version seen */
 	int64		value;
 } ShardRef;
 
-/* Where a counter's shard rows were last seen, per backend. */
-#define COUNTER_PLACE_PAGES 4
+/* Where a pinned counter's shard rows were last seen, per backend. */
 typedef struct CounterPlace
 {
 	int32		counter_id;
-	int32		shards;
+	int32		shards;			/* pinned layout, or 0: adaptive */
 	TransactionId config_xmin;	/* the counter_config row version loaded */
-	int			npages;
-	BlockNumber pages[COUNTER_PLACE_PAGES];
+	ItemPointerData *roots;		/* by shard, in TopMemoryContext, or NULL */
 } CounterPlace;
 
 /* A counter's configuration row, as the engine needs it. */
