@@ -309,6 +309,67 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 }
 
 /*
+ * The common case of InsertIndexEntries, without an executor: the table has
+ * only the extension's own indexes, each valid and ready.  Returns false,
+ * having inserted nothing, for any other set of indexes.
+ */
+static bool
+InsertOwnIndexEntries(Relation rel, HeapTuple newtup)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	Relation	opened[2];
+	int			n = 0;
+	bool		own = list_length(indexes) <= 2;
+	ListCell   *lc;
+	Datum		values[2];
+	bool		isnull[2] = {false, false};
+	bool		null;
+
+	foreach(lc, indexes)
+	{
+		Relation	index;
+		const char *name;
+
+		if (!own)
+			break;
+		index = index_open(lfirst_oid(lc), RowExclusiveLock);
+		opened[n++] = index;
+		name = RelationGetRelationName(index);
+		own = index->rd_index->indisvalid && index->rd_index->indisready &&
+			index->rd_index->indislive &&
+			(strcmp(name, "counter_shards_pkey") == 0 ||
+			 strcmp(name, "counter_shards_multi") == 0);
+	}
+	if (own)
+	{
+		int32		shard = DatumGetInt32(heap_getattr(newtup, Anum_shard_shard,
+													   RelationGetDescr(rel), &null));
+
+		values[0] = heap_getattr(newtup, Anum_shard_counter_id, RelationGetDescr(rel), &null);
+		values[1] = Int32GetDatum(shard);
+		for (int i = 0; i < n; i++)
+		{
+			bool		pkey = strcmp(RelationGetRelationName(opened[i]), "counter_shards_pkey") == 0;
+
+			/*
+			 * The other one is partial (shard <> 0), on counter_id alone.
+			 * The key never changes ("unchanged"), which lets btree delete
+			 * the old versions' entries bottom-up rather than split pages.
+			 */
+			if (!pkey && shard == 0)
+				continue;
+			index_insert(opened[i], values, isnull, &newtup->t_self,
+						 rel, pkey ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, true,
+						 BuildIndexInfo(opened[i]));
+		}
+	}
+	for (int i = 0; i < n; i++)
+		index_close(opened[i], NoLock);
+	list_free(indexes);
+	return own;
+}
+
+/*
  * Index the new version of a row that a non-HOT update moved, in every
  * index the table has, as UPDATE does: that includes an index being built
  * concurrently (CREATE INDEX or REINDEX CONCURRENTLY) and any index an
@@ -317,9 +378,15 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 void
 InsertIndexEntries(Relation rel, HeapTuple newtup, bool only_summarizing)
 {
-	EState	   *estate = CreateExecutorState();
-	ResultRelInfo *rri = makeNode(ResultRelInfo);
-	TupleTableSlot *slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+
+	if (!only_summarizing && InsertOwnIndexEntries(rel, newtup))
+		return;
+	estate = CreateExecutorState();
+	rri = makeNode(ResultRelInfo);
+	slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
 
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	ExecOpenIndices(rri, false);
