@@ -45,7 +45,7 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 	static SPIPlanPtr shards_plan = NULL;
 	Oid			argtypes[5] = {INT4OID, TEXTOID, INT4OID, TEXTOID, OIDOID};
 	Datum		args[5];
-	char		nulls[5] = "     ";
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	Oid			shard_types[2] = {INT4OID, INT4OID};
 	Datum		shard_args[2];
 	const char *sql =
