@@ -45,23 +45,23 @@ AS 'MODULE_PATHNAME', 'maintain';
 COMMENT ON FUNCTION sharded_seq.maintain() IS 'fold idle counter rows, gather scattered ones, reap retired sequence shards; never changes a total';
 REVOKE ALL ON FUNCTION sharded_seq.maintain() FROM PUBLIC;
 
-DROP VIEW sharded_seq.counters;
-CREATE VIEW sharded_seq.counters AS
+-- Replaced in place (columns may only be added at the end), so that views
+-- of the user's built on it survive the update.
+CREATE OR REPLACE VIEW sharded_seq.counters AS
 SELECT c.name,
        (SELECT pg_catalog.count(*) FROM sharded_seq.counter_shards s
          WHERE s.counter_id OPERATOR(pg_catalog.=) c.id)::integer AS shards,
-       c.shards IS NULL AS adaptive,
        c.mode,
        t.stored OPERATOR(pg_catalog.+) COALESCE(t.pending, 0) AS total,
        t.pending,
        c.owner,
        c.acl,
        c.created_at,
-       c.altered_at
+       c.altered_at,
+       c.shards IS NULL AS adaptive
   FROM sharded_seq.counter_config c
  CROSS JOIN LATERAL (
        SELECT sharded_seq.counter_total(c.id) AS stored,
               CASE WHEN c.mode OPERATOR(pg_catalog.=) 'buffered' THEN sharded_seq.counter_pending(c.id) ELSE 0 END AS pending) t
  ORDER BY c.name;
 COMMENT ON VIEW sharded_seq.counters IS 'one row per counter: its current shard rows, whether they adapt, and its total; pending is what a buffered counter holds in memcached (NULL if unreadable)';
-GRANT SELECT ON sharded_seq.counters TO PUBLIC;

@@ -266,14 +266,14 @@ CREATE VIEW sharded_seq.counters AS
 SELECT c.name,
        (SELECT pg_catalog.count(*) FROM sharded_seq.counter_shards s
          WHERE s.counter_id OPERATOR(pg_catalog.=) c.id)::integer AS shards,
-       c.shards IS NULL AS adaptive,
        c.mode,
        t.stored OPERATOR(pg_catalog.+) COALESCE(t.pending, 0) AS total,
        t.pending,
        c.owner,
        c.acl,
        c.created_at,
-       c.altered_at
+       c.altered_at,
+       c.shards IS NULL AS adaptive
   FROM sharded_seq.counter_config c
  CROSS JOIN LATERAL (
        SELECT sharded_seq.counter_total(c.id) AS stored,

@@ -233,11 +233,13 @@ alter_counter(PG_FUNCTION_ARGS)
 	OwnerContext ctx;
 	CounterRow	row;
 	int32		shards;			/* the layout wanted: 0 is adaptive */
-	bool		layout_given = !PG_ARGISNULL(1) || !PG_ARGISNULL(3);
+	/* schema 1.1 declares three arguments until ALTER EXTENSION UPDATE */
+	bool		adaptive_given = PG_NARGS() > 3 && !PG_ARGISNULL(3);
+	bool		layout_given = !PG_ARGISNULL(1) || adaptive_given;
 
 	if (!PG_ARGISNULL(1))
 		ValidateShards(PG_GETARG_INT32(1), KIND_COUNTER);
-	if (!PG_ARGISNULL(1) && !PG_ARGISNULL(3) && PG_GETARG_BOOL(3))
+	if (!PG_ARGISNULL(1) && adaptive_given && PG_GETARG_BOOL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a counter cannot be adaptive with a fixed number of shards"),
@@ -285,7 +287,7 @@ alter_counter(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(1))
 		shards = PG_GETARG_INT32(1);
 	else if (PG_GETARG_BOOL(3))
-		shards = 0;
+		shards = AdaptiveCountersStored() ? 0 : row.shards;
 	else
 		shards = row.shards ? row.shards : CountShards(row.id);
 	if (shards != 0 && shards != row.shards)

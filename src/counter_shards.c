@@ -580,14 +580,12 @@ GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
 	if (n >= MaxCounterShards ||
 		!ConditionalLockDatabaseObject(config_relid, counter_id, 0, RowShareLock))
 		return SHARD_BUSY;
-	if (!FetchCounterConfig(NULL, counter_id, &config) || config.shards != 0)
-	{
-		if (config.acl)
-			pfree(config.acl);
-		return SHARD_BUSY;		/* gone or pinned meanwhile: the caller decides */
-	}
+	if (!FetchCounterConfig(NULL, counter_id, &config))
+		return SHARD_BUSY;		/* gone meanwhile: the caller decides */
 	if (config.acl)
 		pfree(config.acl);
+	if (config.shards != 0)
+		return SHARD_BUSY;		/* pinned meanwhile */
 
 	for (int32 shard = 0; shard < MaxCounterShards; shard++)
 	{
@@ -776,6 +774,16 @@ MaintainCounterRows(int32 counter_id, bool fold, TransactionId idle_before)
 	int128		moved = 0;
 	MaintainResult result = MAINTAIN_NOTHING;
 
+	/*
+	 * Like a growing commit: alter_counter and drop_counter must not read or
+	 * delete the rows while this rewrites them, so each waits for the other.
+	 * Held to the end of the transaction (the subtransaction's, if undone).
+	 */
+	if (!ConditionalLockDatabaseObject(ConfigRelid("counter_config"), counter_id, 0, RowShareLock))
+	{
+		table_close(rel, NoLock);
+		return MAINTAIN_BUSY;
+	}
 	ScanKeyInit(&key, Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
 				Int32GetDatum(counter_id));
 	scan = systable_beginscan(rel, ConfigRelid("counter_shards_pkey"), true,

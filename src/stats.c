@@ -157,9 +157,15 @@ StatsCount(ObjectKind kind, int32 id, StatField field, int64 n)
 			ctl.entrysize = sizeof(LocalStat);
 			Local = hash_create("sharded_seq stats", 32, &ctl, HASH_ELEM | HASH_BLOBS);
 		}
-		ls = hash_search(Local, &key, HASH_ENTER, &found);
-		if (!found)
+		/* bounded like the session's caches: past that, new objects go uncounted */
+		ls = hash_search(Local, &key, HASH_FIND, &found);
+		if (ls == NULL && hash_get_num_entries(Local) >= SessionCacheSize)
+			return;
+		if (ls == NULL)
+		{
+			ls = hash_search(Local, &key, HASH_ENTER, &found);
 			memset(ls->v, 0, sizeof(ls->v));
+		}
 		ls->v[field] += n;
 	}
 }
