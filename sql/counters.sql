@@ -115,3 +115,18 @@ RESET sharded_seq.default_counter_shards;
 CREATE TEMP TABLE before AS SELECT name, total FROM sharded_seq.counters;
 SELECT folded, compacted FROM sharded_seq.maintain();
 SELECT count(*) AS changed FROM sharded_seq.counters c JOIN before b USING (name) WHERE c.total IS DISTINCT FROM b.total;
+
+-- a counter that counter_incr created in a rolled-back transaction is gone,
+-- and the next increment in this session creates it again
+BEGIN;
+SELECT counter_incr('rolled:back', 5);
+ROLLBACK;
+SELECT counter_incr('rolled:back', 2);
+SELECT counter_value('rolled:back');
+BEGIN;
+SAVEPOINT s;
+SELECT counter_incr('rolled:back2', 5);
+ROLLBACK TO s;
+SELECT counter_incr('rolled:back2', 3);
+COMMIT;
+SELECT counter_value('rolled:back2');

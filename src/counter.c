@@ -33,6 +33,7 @@ typedef struct CounterEntry
 {
 	CacheEntry	cache;			/* name, first: the hash key */
 	uint64		loaded_epoch;
+	TransactionId own_xid;		/* loaded from our own uncommitted insert, or 0 */
 	bool		exists;
 	int32		id;
 	int32		shards;			/* pinned layout, or 0: adaptive */
@@ -228,8 +229,12 @@ LoadCounterConfig(CounterEntry *entry)
 		pfree(entry->acl);
 	entry->acl = NULL;
 	entry->exists = FetchCounterConfig(entry->cache.name, 0, &row);
+	entry->own_xid = InvalidTransactionId;
 	if (entry->exists)
 	{
+		/* a creation nobody else knows of: it may yet be rolled back */
+		if (TransactionIdIsCurrentTransactionId(row.xmin))
+			entry->own_xid = row.xmin;
 		entry->id = row.id;
 		entry->shards = row.shards;
 		entry->owner = row.owner;
@@ -272,6 +277,18 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 	if (CounterSalt == 0)
 		CounterSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime) | 1;
 	AcceptInvalidationMessages();
+
+	/*
+	 * Creating a counter announces nothing (nobody caches a name that does
+	 * not exist), so a creation of ours that was rolled back shows here.
+	 */
+	if (TransactionIdIsValid(entry->own_xid) &&
+		!TransactionIdIsCurrentTransactionId(entry->own_xid))
+	{
+		if (!TransactionIdDidCommit(entry->own_xid))
+			entry->loaded_epoch = 0;
+		entry->own_xid = InvalidTransactionId;
+	}
 	if (entry->loaded_epoch != ConfigEpoch || !entry->exists)
 		RefreshCounter(entry, create_missing);
 	if (!entry->exists)
