@@ -314,7 +314,7 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
  * having inserted nothing, for any other set of indexes.
  */
 static bool
-InsertOwnIndexEntries(Relation rel, HeapTuple newtup)
+InsertOwnIndexEntries(Relation rel, HeapTuple newtup, bool moved)
 {
 	List	   *indexes = RelationGetIndexList(rel);
 	Relation	opened[2];
@@ -353,13 +353,13 @@ InsertOwnIndexEntries(Relation rel, HeapTuple newtup)
 
 			/*
 			 * The other one is partial (shard <> 0), on counter_id alone.
-			 * The key never changes ("unchanged"), which lets btree delete
-			 * the old versions' entries bottom-up rather than split pages.
+			 * An update never changes the key ("unchanged"), which lets
+			 * btree delete old versions' entries bottom-up, not split.
 			 */
 			if (!pkey && shard == 0)
 				continue;
 			index_insert(opened[i], values, isnull, &newtup->t_self,
-						 rel, pkey ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, true,
+						 rel, pkey ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, moved,
 						 BuildIndexInfo(opened[i]));
 		}
 	}
@@ -370,19 +370,19 @@ InsertOwnIndexEntries(Relation rel, HeapTuple newtup)
 }
 
 /*
- * Index the new version of a row that a non-HOT update moved, in every
- * index the table has, as UPDATE does: that includes an index being built
- * concurrently (CREATE INDEX or REINDEX CONCURRENTLY) and any index an
- * administrator added.
+ * Index a new row, or (moved) the new version of a row that a non-HOT
+ * update moved, in every index the table has, as INSERT and UPDATE do: that
+ * includes an index being built concurrently (CREATE INDEX or REINDEX
+ * CONCURRENTLY) and any index an administrator added.
  */
 void
-InsertIndexEntries(Relation rel, HeapTuple newtup, bool only_summarizing)
+InsertIndexEntries(Relation rel, HeapTuple newtup, bool moved, bool only_summarizing)
 {
 	EState	   *estate;
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 
-	if (!only_summarizing && InsertOwnIndexEntries(rel, newtup))
+	if (!only_summarizing && InsertOwnIndexEntries(rel, newtup, moved))
 		return;
 	estate = CreateExecutorState();
 	rri = makeNode(ResultRelInfo);
@@ -468,7 +468,7 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		result = ShardedHeapUpdate(rel, &tid, newtup, GetCurrentCommandId(true),
 								   InvalidSnapshot, wait, &tmfd, &lockmode, &indexes);
 		if (result == TM_Ok && indexes != INDEX_UPDATE_NONE)
-			InsertIndexEntries(rel, newtup, indexes == INDEX_UPDATE_SUMMARIZING);
+			InsertIndexEntries(rel, newtup, true, indexes == INDEX_UPDATE_SUMMARIZING);
 		heap_freetuple(newtup);
 		switch (result)
 		{
@@ -612,7 +612,7 @@ GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
 		values[Anum_shard_value - 1] = Int64GetDatum(delta);
 		tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 		heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
-		InsertIndexEntries(rel, tup, false);
+		InsertIndexEntries(rel, tup, false, false);
 		heap_freetuple(tup);
 		return SHARD_UPDATED;
 	}
@@ -880,7 +880,7 @@ MaintainCounterRows(int32 counter_id, bool fold, TransactionId idle_before)
 				Int64GetDatum(rows[i].value + (i == keeper ? (int64) moved : 0));
 			tup = heap_form_tuple(desc, values, nulls);
 			heap_insert(rel, tup, GetCurrentCommandId(true), HEAP_INSERT_SKIP_FSM, NULL);
-			InsertIndexEntries(rel, tup, false);
+			InsertIndexEntries(rel, tup, false, false);
 			heap_freetuple(tup);
 		}
 	}

@@ -191,7 +191,8 @@ typedef enum CounterApplyResult
 
 extern CounterApplyResult CounterTryApply(int32 counter_id, int32 preferred,
 										  int64 delta);
-extern void InsertIndexEntries(Relation rel, HeapTuple newtup, bool only_summarizing);
+extern void InsertIndexEntries(Relation rel, HeapTuple newtup, bool moved,
+							   bool only_summarizing);
 
 typedef enum MaintainResult
 {
