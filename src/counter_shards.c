@@ -532,6 +532,23 @@ KnownWithinTable(Relation rel, ShardRef *known, int nknown)
 	return true;
 }
 
+/* Insert a shard row and its index entries. */
+static void
+InsertShardRow(Relation rel, int32 counter_id, int32 shard, int64 value, int options)
+{
+	Datum		values[Natts_shard];
+	bool		nulls[Natts_shard] = {false, false, false};
+	HeapTuple	tup;
+
+	values[Anum_shard_counter_id - 1] = Int32GetDatum(counter_id);
+	values[Anum_shard_shard - 1] = Int32GetDatum(shard);
+	values[Anum_shard_value - 1] = Int64GetDatum(value);
+	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	heap_insert(rel, tup, GetCurrentCommandId(true), options, NULL);
+	InsertIndexEntries(rel, tup, false, false);
+	heap_freetuple(tup);
+}
+
 /* Is there a row for this shard, as the latest snapshot sees it? */
 static bool
 ShardExists(Relation rel, int32 counter_id, int32 shard, ShardRef *ref)
@@ -591,9 +608,6 @@ GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
 	{
 		bool		taken = false;
 		ShardRef	ref;
-		HeapTuple	tup;
-		Datum		values[Natts_shard];
-		bool		nulls[Natts_shard] = {false, false, false};
 
 		for (int i = 0; i < n && !taken; i++)
 			taken = (refs[i].shard == shard);
@@ -607,13 +621,7 @@ GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
 				return SHARD_UPDATED;
 			continue;
 		}
-		values[Anum_shard_counter_id - 1] = Int32GetDatum(counter_id);
-		values[Anum_shard_shard - 1] = Int32GetDatum(shard);
-		values[Anum_shard_value - 1] = Int64GetDatum(delta);
-		tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-		heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
-		InsertIndexEntries(rel, tup, false, false);
-		heap_freetuple(tup);
+		InsertShardRow(rel, counter_id, shard, delta, 0);
 		return SHARD_UPDATED;
 	}
 	return SHARD_BUSY;
@@ -654,15 +662,19 @@ ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 
 	/*
 	 * Rows can all vanish while we wait for them (maintain() rewrites a
-	 * counter's rows), so after a wait that found none, look again.
+	 * counter's rows), so after a wait that found none, look again with a
+	 * newer snapshot.
 	 */
 	for (int attempt = 0; r != SHARD_UPDATED && attempt < 100; attempt++)
 	{
 		ShardRef   *refs = NULL;
 		int			n = 0;
 
-		PopActiveSnapshot();
-		PushActiveSnapshot(GetLatestSnapshot());
+		if (attempt > 0)
+		{
+			PopActiveSnapshot();
+			PushActiveSnapshot(GetLatestSnapshot());
+		}
 		(void) ScanShards(rel, counter_id, GetActiveSnapshot(), &refs, &n);
 		r = TryShards(rel, counter_id, preferred, refs, n, delta, false);
 		if (r == SHARD_BUSY)
@@ -868,21 +880,10 @@ MaintainCounterRows(int32 counter_id, bool fold, TransactionId idle_before)
 	{
 		/* the survivors, together on the last page or a new one */
 		for (int i = 0; i < n; i++)
-		{
-			Datum		values[Natts_shard];
-			bool		nulls[Natts_shard] = {false, false, false};
-
-			if (rows[i].fold)
-				continue;
-			values[Anum_shard_counter_id - 1] = Int32GetDatum(counter_id);
-			values[Anum_shard_shard - 1] = Int32GetDatum(rows[i].shard);
-			values[Anum_shard_value - 1] =
-				Int64GetDatum(rows[i].value + (i == keeper ? (int64) moved : 0));
-			tup = heap_form_tuple(desc, values, nulls);
-			heap_insert(rel, tup, GetCurrentCommandId(true), HEAP_INSERT_SKIP_FSM, NULL);
-			InsertIndexEntries(rel, tup, false, false);
-			heap_freetuple(tup);
-		}
+			if (!rows[i].fold)
+				InsertShardRow(rel, counter_id, rows[i].shard,
+							   rows[i].value + (i == keeper ? (int64) moved : 0),
+							   HEAP_INSERT_SKIP_FSM);
 	}
 	else if (result != MAINTAIN_BUSY)
 	{
