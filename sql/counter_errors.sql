@@ -34,6 +34,21 @@ SELECT pg_temp.err($$SELECT sharded_seq.create_counter('d', mode => 'Buffered')$
 SELECT pg_temp.err($$SELECT sharded_seq.alter_counter('missing', shards => 2)$$);
 SELECT pg_temp.err($$SELECT sharded_seq.alter_counter('c', shards => 0)$$);
 SELECT pg_temp.err($$SELECT sharded_seq.alter_counter('c', mode => 'sloppy')$$);
+-- mode 'buffered' lives in shared memory: without shared_preload_libraries
+-- (as here) it is refused, with a hint naming the setting
+SELECT pg_temp.err($$SELECT sharded_seq.create_counter('d', mode => 'buffered')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.alter_counter('c', mode => 'buffered')$$);
+SELECT pg_temp.err($$SELECT sharded_seq.flush_counters()::text$$);
+DO $$
+DECLARE h text;
+BEGIN
+    PERFORM sharded_seq.create_counter('d', mode => 'buffered');
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS h = PG_EXCEPTION_HINT;
+    RAISE NOTICE 'hint: %', h;
+END $$;
+SELECT * FROM sharded_seq.buffered_slots();
+SELECT kind, running, last_error FROM sharded_seq.workers;
 SELECT pg_temp.err($$SELECT sharded_seq.drop_counter('missing')$$);
 SELECT pg_temp.err($$SELECT sharded_seq.grant_counter('c', 'nobody_at_all')$$);
 SELECT pg_temp.err($$SELECT sharded_seq.grant_counter('c', 'public', 'delete')$$);

@@ -186,6 +186,8 @@ ConfigRelid(const char *relname)
 	relid = get_relname_relid(relname, ConfigNamespace());
 	if (OidIsValid(relid) && n_cached_relids < MAX_CACHED_RELIDS)
 	{
+		/* the extension is used here: the worker should serve this database */
+		WorkerNoteDatabase();
 		cached_relids[n_cached_relids].name = relname;
 		cached_relids[n_cached_relids].relid = relid;
 		n_cached_relids++;
@@ -204,6 +206,42 @@ bool
 AdaptiveCountersStored(void)
 {
 	return OidIsValid(get_relname_relid("maintenance", ConfigNamespace()));
+}
+
+/*
+ * Does counter_config tell 'buffered' (shared memory) from 'memcached'
+ * (schema 1.3)?  Before that, 'buffered' was the memcached write-behind.
+ */
+bool
+WriteBehindModesSplit(void)
+{
+	return OidIsValid(get_relname_relid("workers", ConfigNamespace()));
+}
+
+/* A stored mode name, as the schema in force means it. */
+CounterMode
+ParseCounterMode(const char *mode, int len)
+{
+	if (len == 8 && memcmp(mode, "buffered", 8) == 0)
+		return WriteBehindModesSplit() ? MODE_BUFFERED : MODE_MEMCACHED;
+	if (len == 9 && memcmp(mode, "memcached", 9) == 0)
+		return MODE_MEMCACHED;
+	return MODE_EXACT;
+}
+
+/* The name a mode is stored under in the schema in force. */
+const char *
+StoredModeName(CounterMode mode)
+{
+	switch (mode)
+	{
+		case MODE_BUFFERED:
+			return "buffered";
+		case MODE_MEMCACHED:
+			return WriteBehindModesSplit() ? "memcached" : "buffered";
+		default:
+			return "exact";
+	}
 }
 
 /*

@@ -7,8 +7,9 @@
  * adds to this transaction's pending amount for the counter, kept in backend
  * memory per subtransaction, so a rolled-back savepoint takes its share back.
  * Just before commit each counter's net amount is applied once: to one shard
- * row (counter_shards.c), or, for a buffered counter, to memcached after the
- * commit (counter_memcached.c).  Counters are taken in id order, so shard
+ * row (counter_shards.c), or, for a write-behind counter, to its shared
+ * memory slot (counter_buffer.c) or memcached (counter_memcached.c) once the
+ * commit is final.  Counters are taken in id order, so shard
  * rows are locked only for the moment of commit, a million increments in one
  * transaction cost one row update, and commits cannot deadlock on them.
  */
@@ -38,7 +39,7 @@ typedef struct CounterEntry
 	int32		id;
 	int32		shards;			/* pinned layout, or 0: adaptive */
 	int32		shard;			/* this session's preferred shard */
-	bool		buffered;		/* mode 'buffered' */
+	CounterMode mode;
 	int64		claim_interval; /* last flush interval this backend tried to claim */
 	CounterPlace place;			/* where the shard rows were last seen */
 	Oid			owner;
@@ -99,7 +100,7 @@ typedef struct PendingCounter
 	ShardRef   *known;			/* where the shard rows were last seen */
 	int			nknown;
 	int32		shard;			/* preferred shard */
-	bool		buffered;
+	CounterMode mode;
 	char		name[NAMEDATALEN];
 } PendingCounter;
 
@@ -171,7 +172,7 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 		strlcpy(pc->name, entry->cache.name, NAMEDATALEN);
 	}
 	pc->shard = entry->shard;
-	pc->buffered = entry->buffered;
+	pc->mode = entry->mode;
 	if (nrefs > 0 && pc->nknown == 0)
 	{
 		pc->known = MemoryContextAlloc(TopTransactionContext, nrefs * sizeof(ShardRef));
@@ -239,7 +240,7 @@ LoadCounterConfig(CounterEntry *entry)
 		entry->shards = row.shards;
 		entry->owner = row.owner;
 		entry->acl = row.acl;
-		entry->buffered = row.buffered;
+		entry->mode = row.mode;
 		entry->place.counter_id = entry->id;
 		entry->place.shards = entry->shards;
 		entry->place.config_xmin = row.xmin;
@@ -361,9 +362,9 @@ ApplyToRows(CommitItem *item, int64 amount)
 }
 
 /*
- * Send a buffered counter's amount to memcached after commit, if memcached
- * is usable and the counter is still buffered.  Returns false if the amount
- * must go to the shard rows instead.
+ * Send a memcached counter's amount to memcached after commit, if memcached
+ * is usable and the counter is still in that mode.  Returns false if the
+ * amount must go to the shard rows instead.
  */
 static bool
 TryBuffer(CommitItem *item, int64 amount, bool preparing)
@@ -375,19 +376,19 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 	if (preparing || amount <= 0 || (uint64) amount > MC_MAX_DELTA ||
 		!McEnabled() || McRecentlyDown())
 		return false;
-	if (!pc->buffered || DroppedInXact(item->counter_id))
+	if (pc->mode != MODE_MEMCACHED || DroppedInXact(item->counter_id))
 		return false;
 
 	/*
 	 * Held until this transaction has finished with memcached, after commit:
 	 * alter_counter and drop_counter take it exclusively, so an amount never
-	 * lands in memcached after its counter stopped being buffered.
+	 * lands in memcached after its counter left mode 'memcached'.
 	 */
 	LockDatabaseObject(ConfigRelid("counter_config"), item->counter_id, 0, ShareLock);
 	entry = (CounterEntry *) CacheLookup(&CounterCache, pc->name, &is_new);
 	if (is_new || entry->loaded_epoch != ConfigEpoch)
 		RefreshCounter(entry, false);
-	if (!entry->exists || entry->id != item->counter_id || !entry->buffered)
+	if (!entry->exists || entry->id != item->counter_id || entry->mode != MODE_MEMCACHED)
 		return false;
 	BufferAfterCommit(item->counter_id, amount, pc->shard, pc->name,
 					  &entry->claim_interval);
@@ -408,11 +409,11 @@ ApplyPending(bool preparing)
 	long		n = 0;
 	Oid			install;
 
-	if (preparing && FlushedInXact())
+	if (preparing && (FlushedInXact() || BufferTakenInXact()))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that has flushed buffered counters"),
-				 errdetail("The amounts it took from memcached could not be given back by ROLLBACK PREPARED."),
+				 errdetail("The amounts it took from memcached or shared memory could not be given back by ROLLBACK PREPARED."),
 				 errhint("Call sharded_seq.flush_counters() in a transaction of its own.")));
 	if (Pending == NULL)
 		return;					/* leftovers ride only with counter work */
@@ -452,6 +453,10 @@ ApplyPending(bool preparing)
 					 errdetail("This transaction's increments add up to more than a bigint."),
 					 errhint("The transaction was rolled back.  Commit in smaller transactions.")));
 		amount = (int64) item->amount;
+		/* a prepared commit may finish in another backend: it goes to the rows */
+		if (item->pending->mode == MODE_BUFFERED && !preparing &&
+			!DroppedInXact(item->counter_id) && BufferReserve(item->counter_id, amount))
+			continue;
 		if (!TryBuffer(item, amount, preparing))
 			ApplyToRows(item, amount);
 	}
@@ -475,17 +480,20 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			Pending = NULL;		/* its memory goes with TopTransactionContext */
 			Dropped = NULL;
+			BufferXactCommit();
 			BufferAtCommit();
 			break;
 		case XACT_EVENT_PREPARE:
 			Pending = NULL;
 			Dropped = NULL;
+			BufferXactCommit();	/* nothing was reserved or taken */
 			BufferAtCommit();	/* nothing was buffered: only leftovers are kept */
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			Pending = NULL;
 			Dropped = NULL;
+			BufferXactAbort();
 			BufferAtAbort();
 			break;
 		default:
@@ -505,6 +513,7 @@ CounterSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
 		return;
 	BufferAtSubXact(event == SUBXACT_EVENT_ABORT_SUB, mySubid, parentSubid);
+	BufferSubXact(event == SUBXACT_EVENT_ABORT_SUB, mySubid, parentSubid);
 
 	link = &Dropped;
 	while (*link)
@@ -550,17 +559,27 @@ CounterInit(void)
 }
 
 /*
- * Stored total, plus this transaction's pending amount, plus delta; with
- * refs, also where the shard rows are.
+ * Stored total, plus what is committed but not yet in the rows, plus this
+ * transaction's pending amount, plus delta; with refs, also where the shard
+ * rows are.  The rows are read first: an amount a flush moves meanwhile is
+ * then missed for a moment, never counted twice.
  */
 static int64
-VisibleTotal(CounterEntry *entry, int64 delta, ShardRef **refs, int *nrefs)
+VisibleTotal(CounterEntry *entry, int64 delta, bool read_memcached,
+			 ShardRef **refs, int *nrefs)
 {
 	int128		total = CounterSum(entry->id, &entry->place, refs, nrefs) + PendingAmount(entry->id) + delta;
 	int64		waiting;
 
-	/* a buffered counter's amount not yet flushed; unreadable counts as none */
-	if (entry->buffered && MemcachedPending(entry->id, &waiting))
+	/* any mode: a slot outlives a switch away from 'buffered' until flushed */
+	total += BufferPending(entry->id);
+
+	/*
+	 * counter_value reads memcached; counter_incr does not, which spares it a
+	 * round trip: its result leaves out other sessions' unflushed amounts.
+	 * Unreadable counts as none.
+	 */
+	if (entry->mode == MODE_MEMCACHED && read_memcached && MemcachedPending(entry->id, &waiting))
 		total += waiting;
 	/* committed here, but neither in memcached nor in the rows yet */
 	total += LeftoverAmount(entry->id);
@@ -595,7 +614,7 @@ counter_incr(PG_FUNCTION_ARGS)
 
 	entry = LookupCounter(fcinfo, true);
 	CheckCounterPrivilege(entry, ACL_UPDATE);
-	total = VisibleTotal(entry, delta, &refs, &nrefs);
+	total = VisibleTotal(entry, delta, false, &refs, &nrefs);
 	AddPending(entry, delta, refs, nrefs);
 	PG_RETURN_INT64(total);
 }
@@ -607,5 +626,5 @@ counter_value(PG_FUNCTION_ARGS)
 	CounterEntry *entry = LookupCounter(fcinfo, false);
 
 	CheckCounterPrivilege(entry, ACL_SELECT);
-	PG_RETURN_INT64(VisibleTotal(entry, 0, NULL, NULL));
+	PG_RETURN_INT64(VisibleTotal(entry, 0, true, NULL, NULL));
 }

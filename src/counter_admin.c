@@ -10,9 +10,11 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
@@ -20,15 +22,34 @@
 
 #include "sharded_seq.h"
 
-static void
-ValidateMode(const char *mode)
+/* The name to store for a mode a caller gave, as the schema in force spells it. */
+static const char *
+StoredMode(const char *mode)
 {
-	if (strcmp(mode, "exact") == 0 || strcmp(mode, "buffered") == 0)
-		return;
+	if (strcmp(mode, "exact") == 0)
+		return "exact";
+	if (strcmp(mode, "memcached") == 0)
+		return StoredModeName(MODE_MEMCACHED);
+	if (strcmp(mode, "buffered") == 0)
+	{
+		if (!BufferAvailable())
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("mode 'buffered' needs sharded_seq in shared_preload_libraries"),
+					 errdetail("Buffered counters keep committed increments in shared memory, which only a preloaded library has."),
+					 errhint("Add sharded_seq to shared_preload_libraries and restart the server, or use mode 'memcached' or 'exact'.")));
+		if (!WriteBehindModesSplit())
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("mode 'buffered' needs version 1.3 of the extension's schema"),
+					 errhint("Run ALTER EXTENSION sharded_seq UPDATE.")));
+		return "buffered";
+	}
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("unknown counter mode \"%s\"", mode),
-			 errhint("mode must be 'exact' or 'buffered'.")));
+			 errhint("mode must be 'exact', 'buffered' or 'memcached'.")));
+	return NULL;				/* keep the compiler quiet */
 }
 
 /*
@@ -145,7 +166,7 @@ create_counter(PG_FUNCTION_ARGS)
 {
 	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
 	int32		shards = PG_ARGISNULL(1) ? DefaultCounterShards : PG_GETARG_INT32(1);
-	char	   *mode;
+	const char *mode;
 	OwnerContext ctx;
 
 	if (PG_ARGISNULL(2))
@@ -153,10 +174,9 @@ create_counter(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("mode must not be null"),
 				 errhint("Leave mode out to create an exact counter.")));
-	mode = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	if (!PG_ARGISNULL(1))
 		ValidateShards(shards, KIND_COUNTER);
-	ValidateMode(mode);
+	mode = StoredMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	PreventCommandIfReadOnly("sharded_seq.create_counter()");
 
 	BeginAsOwner(&ctx);
@@ -236,6 +256,7 @@ alter_counter(PG_FUNCTION_ARGS)
 	/* schema 1.1 declares three arguments until ALTER EXTENSION UPDATE */
 	bool		adaptive_given = PG_NARGS() > 3 && !PG_ARGISNULL(3);
 	bool		layout_given = !PG_ARGISNULL(1) || adaptive_given;
+	const char *mode = NULL;
 
 	if (!PG_ARGISNULL(1))
 		ValidateShards(PG_GETARG_INT32(1), KIND_COUNTER);
@@ -245,28 +266,30 @@ alter_counter(PG_FUNCTION_ARGS)
 				 errmsg("a counter cannot be adaptive with a fixed number of shards"),
 				 errhint("Pass shards => n to pin the layout, or adaptive => true alone to let it grow.")));
 	if (!PG_ARGISNULL(2))
-		ValidateMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+		mode = StoredMode(text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	PreventCommandIfReadOnly("sharded_seq.alter_counter()");
 
 	BeginAsOwner(&ctx);
 	FetchOwnedCounter(ctx.caller, name, &row);
-	if (!PG_ARGISNULL(2))
+	if (mode != NULL)
 	{
 		static SPIPlanPtr mode_plan = NULL;
 		Oid			mode_types[2] = {INT4OID, TEXTOID};
-		Datum		mode_args[2] = {Int32GetDatum(row.id), PointerGetDatum(PG_GETARG_TEXT_PP(2))};
+		Datum		mode_args[2] = {Int32GetDatum(row.id), CStringGetTextDatum(mode)};
+		bool		leaves_memcached = ParseCounterMode(mode, strlen(mode)) != MODE_MEMCACHED;
 
 		/*
-		 * Leaving buffered mode: once no commit can still add to memcached,
-		 * move what it holds into the rows.
+		 * Leaving mode 'memcached': once no commit can still add to memcached,
+		 * move what it holds into the rows.  A shared-memory slot needs
+		 * nothing: the worker flushes it whatever the mode.
 		 */
-		if (strcmp(text_to_cstring(PG_GETARG_TEXT_PP(2)), "exact") == 0)
+		if (leaves_memcached)
 			LockCounterCommits(row.id);
-		if (strcmp(text_to_cstring(PG_GETARG_TEXT_PP(2)), "exact") == 0 && McEnabled() &&
+		if (leaves_memcached && McEnabled() &&
 			FlushCounter(row.id, 0, name, true) < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("could not flush counter \"%s\" before leaving buffered mode", name),
+					 errmsg("could not flush counter \"%s\" before leaving mode 'memcached'", name),
 					 errhint("Check sharded_seq.memcached_servers(), or try again.")));
 		PreparePlan(&mode_plan,
 					"UPDATE sharded_seq.counter_config SET mode = $2, altered_at = pg_catalog.now()"
@@ -413,22 +436,54 @@ CounterReadable(int32 id)
 	return readable;
 }
 
-/* The view's pending column: NULL when memcached cannot be read, or for others' counters. */
+/*
+ * The view's pending column: committed, not yet in the rows, in shared memory
+ * (any mode: a slot outlives a mode change until flushed) and, for mode
+ * 'memcached', in memcached.  NULL when memcached cannot be read, or for
+ * others' counters.
+ */
 PG_FUNCTION_INFO_V1(counter_pending);
 Datum
 counter_pending(PG_FUNCTION_ARGS)
 {
-	int64		amount;
+	int32		id = PG_GETARG_INT32(0);
+	int64		amount = 0;
+	CounterConfigRow row;
 
-	if (!CounterReadable(PG_GETARG_INT32(0)) || !MemcachedPending(PG_GETARG_INT32(0), &amount))
+	if (!CounterReadable(id))
 		PG_RETURN_NULL();
-	PG_RETURN_INT64(amount);
+	if (FetchCounterConfig(NULL, id, &row) && row.mode == MODE_MEMCACHED &&
+		!MemcachedPending(id, &amount))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(amount + BufferPending(id));
+}
+
+/* (used, total, refused) of the shared-memory slot table */
+PG_FUNCTION_INFO_V1(buffered_slots);
+Datum
+buffered_slots(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+	int			used;
+	int			total;
+	int64		refused;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	BufferSlotUsage(&used, &total, &refused);
+	values[0] = Int32GetDatum(used);
+	values[1] = Int32GetDatum(total);
+	values[2] = Int64GetDatum(refused);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
 /*
- * Flush, now and in this transaction, every counter's memcached amount that
- * the caller may increment.  Exact counters are included, in case they were
- * buffered until an alter.  Returns how many counters had an amount to move.
+ * Flush, now and in this transaction, every write-behind amount (shared
+ * memory and memcached) of the counters the caller may increment.  Every
+ * mode is looked at: an amount outlives a mode change until it is flushed.
+ * Returns how many counters had an amount to move.
  */
 PG_FUNCTION_INFO_V1(flush_counters);
 Datum
@@ -441,7 +496,7 @@ flush_counters(PG_FUNCTION_ARGS)
 	uint64		n;
 
 	PreventCommandIfReadOnly("sharded_seq.flush_counters()");
-	if (!McEnabled())
+	if (!McEnabled() && !BufferAvailable())
 		PG_RETURN_INT32(0);
 	BeginAsOwner(&ctx);
 	PreparePlan(&plan,
@@ -458,11 +513,15 @@ flush_counters(PG_FUNCTION_ARGS)
 		char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 2);
 		Oid			owner = DatumGetObjectId(SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull));
 		Datum		acl = SPI_getbinval(rows->vals[i], rows->tupdesc, 4, &isnull);
+		int64		moved;
 
 		/* a flush moves amounts between tiers: only for those who may increment */
 		if (!HasPrivilege(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller, ACL_UPDATE))
 			continue;
-		if (FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, true) > 0)
+		moved = FlushBuffered(id, name);
+		if (McEnabled())
+			moved += Max(FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, true), 0);
+		if (moved > 0)
 			flushed++;
 	}
 	EndAsOwner(&ctx);

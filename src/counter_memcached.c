@@ -1,6 +1,6 @@
 /*
  * counter_memcached.c
- *	  Write-behind through memcached for counters in mode 'buffered': the
+ *	  Write-behind through memcached for counters in mode 'memcached': the
  *	  amounts a transaction hands to memcached once it has committed, flushes
  *	  from memcached into the shard rows, the amounts a flush gives back when
  *	  its transaction or savepoint rolls back, and leftovers, the committed
@@ -157,8 +157,11 @@ BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 	a->next = AfterCommits;
 	AfterCommits = a;
 
-	/* each backend asks once per interval; memcached's add picks one asker */
-	if (*claim_interval != interval)
+	/*
+	 * Without a worker here, each backend asks once per interval, and
+	 * memcached's add picks one asker to flush.
+	 */
+	if (*claim_interval != interval && !WorkerRunningHere())
 	{
 		*claim_interval = interval;
 		if (McAdd(McKey("ctr:%d:flush:" INT64_FORMAT, counter_id, interval), 1,

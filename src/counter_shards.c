@@ -87,8 +87,7 @@ FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row)
 		d = heap_getattr(tup, Anum_config_shards, desc, &isnull);
 		row->shards = isnull ? 0 : DatumGetInt32(d);
 		mode = DatumGetTextPP(heap_getattr(tup, Anum_config_mode, desc, &isnull));
-		row->buffered = VARSIZE_ANY_EXHDR(mode) == 8 &&
-			memcmp(VARDATA_ANY(mode), "buffered", 8) == 0;
+		row->mode = ParseCounterMode(VARDATA_ANY(mode), VARSIZE_ANY_EXHDR(mode));
 		row->owner = DatumGetObjectId(heap_getattr(tup, Anum_config_owner, desc, &isnull));
 		d = heap_getattr(tup, Anum_config_acl, desc, &isnull);
 		row->acl = CopyAcl(d, isnull);

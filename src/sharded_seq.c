@@ -7,6 +7,9 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
 #include "utils/elog.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -27,6 +30,34 @@ int			CounterFlushInterval = 10;
 void		_PG_init(void);
 
 static emit_log_hook_type prev_emit_log_hook = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Shared memory: statistics, buffered counters' slots, the workers' state. */
+static void
+ShmemRequest(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(CountsShmemSize());
+	RequestAddinShmemSpace(SlotsShmemSize());
+	RequestAddinShmemSpace(WorkerShmemSize());
+	RequestNamedLWLockTranche("sharded_seq", 1);
+	RequestNamedLWLockTranche("sharded_seq buffered", 1);
+	RequestNamedLWLockTranche("sharded_seq workers", 1);
+}
+
+static void
+ShmemStartup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	CountsShmemInit();
+	SlotsShmemInit();
+	WorkerShmemInit();
+	LWLockRelease(AddinShmemInitLock);
+}
 
 /*
  * PostgreSQL checks an integer setting against its bounds before any check
@@ -137,15 +168,29 @@ _PG_init(void)
 							NULL, &MemcachedPollTimeout, 200, 1, MAX_TIMEOUT_MS,
 							PGC_SUSET, GUC_UNIT_MS, NULL, AssignTimeout, NULL);
 	DefineCustomIntVariable("sharded_seq.counter_flush_interval",
-							"How often buffered counters are written from memcached to their shard rows.",
-							"At most one flush per counter per interval; unflushed amounts are what a memcached loss can take.",
+							"How often the background worker moves write-behind counters' amounts into their shard rows.",
+							"Unflushed amounts are what a crash (mode 'buffered') or a memcached loss (mode 'memcached') can take.",
 							&CounterFlushInterval, 10, 1, MAX_FLUSH_INTERVAL_S,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	/* sizes shared memory: exists only when preloaded, as in pg_stat_statements */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("sharded_seq.buffered_slots",
+								"Counters that can hold increments in shared memory at once (mode 'buffered').",
+								"When every slot is taken, a commit adds to the counter's rows instead, as in mode 'exact'.",
+								&BufferedSlots, 4096, 16, 1048576,
+								PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("sharded_seq");
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = AddRangeHint;
 	if (process_shared_preload_libraries_in_progress)
-		StatsShmemRequest();
+	{
+		prev_shmem_request_hook = shmem_request_hook;
+		shmem_request_hook = ShmemRequest;
+		prev_shmem_startup_hook = shmem_startup_hook;
+		shmem_startup_hook = ShmemStartup;
+		WorkerRegister();
+		WorkerUtilityInit();
+	}
 	CatalogInit();
 	CounterInit();
 }

@@ -28,6 +28,14 @@
 #define SHARDED_SEQ_LOCK_CLASS	0x53534551	/* 'SSEQ' */
 #define SHARDED_SEQ_FLUSH_CLASS 0x53534652	/* 'SSFR' */
 
+/* How a counter takes increments: counter_config.mode */
+typedef enum CounterMode
+{
+	MODE_EXACT,
+	MODE_BUFFERED,				/* shared memory, flushed by the worker */
+	MODE_MEMCACHED				/* memcached, flushed by the worker */
+} CounterMode;
+
 typedef enum ObjectKind
 {
 	KIND_SEQUENCE,
@@ -43,6 +51,7 @@ extern int	CounterFlushInterval;
 extern int	MaxCounterShards;
 extern int	SessionCacheSize;
 extern int	CounterFoldAfter;
+extern int	BufferedSlots;
 
 /* catalog.c */
 extern uint64 ConfigEpoch;
@@ -57,6 +66,9 @@ extern Oid	ExtensionOwner(void);
 extern Oid	ConfigRelid(const char *relname);
 extern bool ShardLayoutsStored(void);
 extern bool AdaptiveCountersStored(void);
+extern bool WriteBehindModesSplit(void);
+extern CounterMode ParseCounterMode(const char *mode, int len);
+extern const char *StoredModeName(CounterMode mode);
 extern Oid	CurrentInstallation(void);
 typedef struct OwnerContext
 {
@@ -145,7 +157,8 @@ typedef enum StatField
 } StatField;
 
 extern void StatsCount(ObjectKind kind, int32 id, StatField field, int64 n);
-extern void StatsShmemRequest(void);
+extern Size CountsShmemSize(void);
+extern void CountsShmemInit(void);
 
 /* counter_shards.c */
 typedef struct ShardRef
@@ -169,7 +182,7 @@ typedef struct CounterConfigRow
 {
 	int32		id;
 	int32		shards;			/* pinned layout, or 0: adaptive */
-	bool		buffered;
+	CounterMode mode;
 	Oid			owner;
 	Acl		   *acl;			/* in TopMemoryContext, or NULL */
 	TransactionId xmin;
@@ -209,7 +222,32 @@ extern MaintainResult MaintainCounterRows(int32 counter_id, bool fold,
 extern void CounterInit(void);
 extern void CounterDroppedInXact(int32 counter_id);
 
-/* counter_memcached.c: write-behind through memcached (mode 'buffered') */
+/* counter_buffer.c: write-behind in shared memory (mode 'buffered') */
+extern Size SlotsShmemSize(void);
+extern void SlotsShmemInit(void);
+extern bool BufferAvailable(void);
+extern bool BufferReserve(int32 counter_id, int64 amount);
+extern int64 BufferPending(int32 counter_id);
+extern int64 BufferTake(Oid install, int32 counter_id);
+extern int	BufferCounters(Oid install, int32 **ids);
+extern void BufferFreeIdle(Oid install);
+extern void BufferSlotUsage(int *used, int *total, int64 *refused);
+extern bool BufferTakenInXact(void);
+extern void BufferXactCommit(void);
+extern void BufferXactAbort(void);
+extern void BufferSubXact(bool aborted, SubTransactionId subid,
+						  SubTransactionId parent);
+extern int64 FlushBuffered(int32 counter_id, const char *name);
+
+/* worker.c: the launcher and one worker per database */
+extern void WorkerRegister(void);
+extern Size WorkerShmemSize(void);
+extern void WorkerShmemInit(void);
+extern void WorkerUtilityInit(void);
+extern void WorkerNoteDatabase(void);
+extern bool WorkerRunningHere(void);
+
+/* counter_memcached.c: write-behind through memcached (mode 'memcached') */
 extern void BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 							  const char *name, int64 *claim_interval);
 extern void BufferAtCommit(void);

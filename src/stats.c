@@ -52,26 +52,18 @@ typedef struct LocalStat
 
 static StatsShared *Shared = NULL;
 static HTAB *Local = NULL;
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-static void
-StatsShmemRequestHook(void)
+Size
+CountsShmemSize(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(sizeof(StatsShared));
-	RequestNamedLWLockTranche("sharded_seq", 1);
+	return sizeof(StatsShared);
 }
 
-static void
-StatsShmemStartup(void)
+void
+CountsShmemInit(void)
 {
 	bool		found;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	Shared = ShmemInitStruct("sharded_seq stats", sizeof(StatsShared), &found);
 	if (!found)
 	{
@@ -81,17 +73,6 @@ StatsShmemStartup(void)
 			for (int f = 0; f < NUM_STAT_FIELDS; f++)
 				pg_atomic_init_u64(&Shared->slots[i].v[f], 0);
 	}
-	LWLockRelease(AddinShmemInitLock);
-}
-
-/* Called from _PG_init while shared_preload_libraries is being processed. */
-void
-StatsShmemRequest(void)
-{
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = StatsShmemRequestHook;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = StatsShmemStartup;
 }
 
 static StatSlot *

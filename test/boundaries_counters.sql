@@ -14,7 +14,7 @@ SELECT plan(33);
 -- gets the same id (ids start again at 1)
 SELECT pg_temp.x('a', $$SELECT sharded_seq.create_sequence('tr', shards => 2, block => 10)$$);
 SELECT pg_temp.x('a', $$SELECT sharded_seq.create_counter('tc', shards => 3)$$);
-SELECT pg_temp.x('a', $$SELECT sharded_seq.create_counter('tc_buf', shards => 1, mode => 'buffered')$$);
+SELECT pg_temp.x('a', $$SELECT sharded_seq.create_counter('tc_buf', shards => 1, mode => 'memcached')$$);
 -- a counter's total read by session b; NULL if it cannot be read
 CREATE FUNCTION pg_temp.val(name text) RETURNS bigint LANGUAGE sql AS $$
     SELECT CASE WHEN v LIKE 'ERROR%' THEN NULL ELSE v::bigint END
@@ -44,25 +44,25 @@ SELECT is(pg_temp.state('a', 'SELECT 1/0'), '22012', 'an error after the increme
 SELECT dblink_exec('a', 'ROLLBACK');
 SELECT is(pg_temp.val('tc'), 101::bigint, '... and the increment does not count');
 
--- two-phase commit, exact and buffered (no memcached here: the rows)
+-- two-phase commit, exact and memcached (no memcached server here: the rows)
 SELECT dblink_exec('a', 'BEGIN');
 SELECT pg_temp.x('a', $$SELECT counter_incr('tc', 3), counter_incr('tc_buf', 4)$$);
 SELECT dblink_exec('a', $$PREPARE TRANSACTION 'tc_1'$$);
 SELECT is(pg_temp.val('tc'), 101::bigint, 'a prepared increment is not counted yet');
 SELECT dblink_exec('c', $$COMMIT PREPARED 'tc_1'$$);
 SELECT is(pg_temp.val('tc'), 104::bigint, 'COMMIT PREPARED counts it, exact');
-SELECT is(pg_temp.val('tc_buf'), 4::bigint, '... and buffered');
+SELECT is(pg_temp.val('tc_buf'), 4::bigint, '... and memcached');
 SELECT dblink_exec('a', 'BEGIN');
 SELECT pg_temp.x('a', $$SELECT counter_incr('tc', 3), counter_incr('tc_buf', 4)$$);
 SELECT dblink_exec('a', $$PREPARE TRANSACTION 'tc_2'$$);
 SELECT dblink_exec('c', $$ROLLBACK PREPARED 'tc_2'$$);
 SELECT is(pg_temp.val('tc'), 104::bigint, 'ROLLBACK PREPARED does not count it, exact');
-SELECT is(pg_temp.val('tc_buf'), 4::bigint, '... nor buffered');
+SELECT is(pg_temp.val('tc_buf'), 4::bigint, '... nor memcached');
 
--- one counter, increments of both signs on a buffered counter, one commit
+-- one counter, increments of both signs on a memcached counter, one commit
 SELECT dblink_exec('a', 'BEGIN');
 SELECT pg_temp.x('a', $$SELECT counter_incr('tc_buf', -1), counter_incr('tc_buf', 5)$$);
-SELECT is(pg_temp.state('a', 'COMMIT'), '00000', 'a buffered counter with increments of both signs commits');
+SELECT is(pg_temp.state('a', 'COMMIT'), '00000', 'a memcached counter with increments of both signs commits');
 SELECT is(pg_temp.val('tc_buf'), 8::bigint, '... and counts their sum once');
 
 -- drop_counter in a rolled-back savepoint keeps the transaction's increments

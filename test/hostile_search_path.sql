@@ -105,7 +105,7 @@ BEGIN
         $$SELECT sharded_seq.revoke_sequence('m_seq', 'public')$$,
         $$SELECT sharded_seq.drop_sequence('m_seq')$$,
         $$SELECT public.counter_incr('m_ctr', 5)$$,
-        $$SELECT sharded_seq.create_counter('m_ctr2', shards => 4, mode => 'buffered')$$,
+        $$SELECT sharded_seq.create_counter('m_ctr2', shards => 4, mode => 'memcached')$$,
         $$SELECT public.counter_incr('m_ctr2', 5)$$,
         $$SELECT public.counter_value('m_ctr')$$,
         $$SELECT sharded_seq.alter_counter('m_ctr', shards => 6)$$,

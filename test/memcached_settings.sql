@@ -33,7 +33,7 @@ SELECT throws_ok($$SELECT sharded_seq.create_sequence('mt2', tier => 'memcached'
                  'a memcached-tier sequence with several shards is refused');
 SELECT is((SELECT count(DISTINCT v) FROM (SELECT sharded_nextval('mt') AS v FROM generate_series(1, 120)) s), 120::bigint,
           'with no server its values come from the database');
-SELECT lives_ok($$SELECT sharded_seq.create_counter('bc', mode => 'buffered')$$, 'a buffered counter can be created');
+SELECT lives_ok($$SELECT sharded_seq.create_counter('bc', mode => 'memcached')$$, 'a memcached counter can be created');
 SELECT is(counter_incr('bc', 5) + counter_incr('bc', -2), 8::bigint, 'positive and negative increments both count');
 SELECT is(sharded_seq.flush_counters(), 0, 'with no server there is nothing to flush');
 

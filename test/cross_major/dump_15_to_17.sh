@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # E4 across majors: a database on PostgreSQL 15 (the host) with sequences
 # (database tier with 4 shards and with 1, memcached tier) and counters
-# (exact, buffered, negative deltas), used from several sessions, is dumped
+# (exact, memcached, negative deltas), used from several sessions, is dumped
 # and restored into PostgreSQL 17 (the trixie chroot): from 17's pg_dump
 # reading the 15 server, and from 15's own pg_dump when 17 can read it (see
 # restore_newer.sh).  Every counter total
@@ -29,7 +29,7 @@ SELECT sharded_seq.create_sequence('db1_seq', shards => 1, block => 20);
 SELECT sharded_seq.create_sequence('mc_seq', tier => 'memcached', block => 400);
 CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT sharded_nextval('db_seq'), note text);
 SELECT sharded_seq.create_counter('exact_c', shards => 4);
-SELECT sharded_seq.create_counter('buf_c', shards => 2, mode => 'buffered');
+SELECT sharded_seq.create_counter('buf_c', shards => 2, mode => 'memcached');
 SELECT sharded_seq.create_counter('neg_c', shards => 3);
 CREATE TABLE drawn (seq text, v bigint, phase text);
 SQL

@@ -3,13 +3,13 @@
 # proxy that delays its replies), statements ordered across sessions that
 # end their own transactions, and tables that VACUUM FULL really shrinks.
 #   1. VACUUM FULL and CLUSTER move rows a transaction remembered (commit works).
-#   2. mode 'buffered': nothing reaches memcached unless the commit is final
+#   2. mode 'memcached': nothing reaches memcached unless the commit is final
 #      (a later pre-commit failure, SERIALIZABLE at commit, ROLLBACK PREPARED);
 #      flushes in rolled-back savepoints give back; PREPARE after a flush is
 #      refused; flush_counters() needs rights; alter to 'exact' strands nothing.
 #   3. a lease published with a timed-out set is never used outside memcached.
 #   4. DROP and CREATE EXTENSION: no memcached key of the old install is read.
-#   5. first commits to fresh buffered counters race: nothing dropped, and
+#   5. first commits to fresh memcached counters race: nothing dropped, and
 #      the shared statistics never leave their lock held.
 #   6. memcached gone between a commit's decision and its delivery: the
 #      amount goes to the rows with the next commit, or at backend exit.
@@ -71,7 +71,7 @@ fi
 
 if want 2; then
 echo "== 2. write-behind through memcached at transaction boundaries"
-q "SELECT sharded_seq.create_counter('bA', shards => 4, mode => 'buffered')" >/dev/null
+q "SELECT sharded_seq.create_counter('bA', shards => 4, mode => 'memcached')" >/dev/null
 for _ in 1 2 3; do q "SELECT counter_incr('bA', 10)" >/dev/null; done
 total() { q "SELECT counter_value('bA')"; }
 pending() { q "SELECT pending FROM sharded_seq.counters WHERE name = 'bA'"; }
@@ -79,7 +79,7 @@ expect "three committed increments count" "$(total)" 30
 P0=$(pending)
 [ "$P0" -gt 0 ] || fail "nothing waits in memcached: test is void"
 
-# a pre-commit step after the buffered increment fails
+# a pre-commit step after the memcached increment fails
 q "SELECT sharded_seq.create_counter('eVictim')" >/dev/null
 session_open A
 session_send A "BEGIN; SELECT counter_incr('bA', 5); SELECT counter_incr('eVictim', 1);"
@@ -87,8 +87,8 @@ session_sync A
 q "SELECT sharded_seq.drop_counter('eVictim')" >/dev/null
 session_send A "COMMIT;"
 session_sync A
-expect "a commit that fails after its buffered increment was applied: error" "$(errors_of A)" 42704
-expect "... and the buffered increment does not count" "$(total)" 30
+expect "a commit that fails after its memcached increment was applied: error" "$(errors_of A)" 42704
+expect "... and the memcached increment does not count" "$(total)" 30
 
 # SERIALIZABLE: the commit fails after the pre-commit callbacks
 q "CREATE TABLE skew (k int PRIMARY KEY, v int); INSERT INTO skew VALUES (1, 0), (2, 0)"
@@ -99,13 +99,13 @@ session_sync A; session_sync B
 session_send A "COMMIT;"; session_sync A
 session_send B "COMMIT;"; session_sync B
 expect "write skew: the second SERIALIZABLE commit fails" "$(errors_of B)" 40001
-expect "... and its buffered increment does not count" "$(total)" 30
+expect "... and its memcached increment does not count" "$(total)" 30
 
 # two-phase commit
 session_send A "BEGIN; SELECT counter_incr('bA', 7); PREPARE TRANSACTION 'bp1';"
 session_sync A
 q "ROLLBACK PREPARED 'bp1'"
-expect "ROLLBACK PREPARED: the buffered increment does not count" "$(total)" 30
+expect "ROLLBACK PREPARED: the memcached increment does not count" "$(total)" 30
 session_send A "BEGIN; SELECT counter_incr('bA', 7); PREPARE TRANSACTION 'bp2';"
 session_sync A
 q "COMMIT PREPARED 'bp2'"
@@ -139,14 +139,14 @@ expect "flush_counters() over 300 quiet counters and one with an amount: advisor
     "$(psql -qXAt -d stress -c "BEGIN" -c "SELECT sharded_seq.flush_counters()" \
         -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()" -c "ROLLBACK" | tail -1)" 1
 
-# a transaction that incremented while buffered commits after alter to exact
+# a transaction that incremented while in mode memcached commits after alter to exact
 session_send A "BEGIN; SELECT counter_incr('bA', 3);"
 session_sync A
 q "SELECT sharded_seq.alter_counter('bA', mode => 'exact')" >/dev/null
 session_send A "COMMIT;"
 session_sync A
 session_close A; session_close B
-expect "an increment made while buffered and committed after alter to exact counts" "$(total)" 40
+expect "an increment made while in mode memcached and committed after alter to exact counts" "$(total)" 40
 expect "... and nothing is stranded in memcached" "$(q "SELECT sharded_seq.flush_counters()")" 0
 fi
 
@@ -177,7 +177,7 @@ psql -qX -d postgres -c "CREATE DATABASE reinstall" >/dev/null
 DB=reinstall q "CREATE EXTENSION sharded_seq"
 setup_objects() {
     DB=reinstall q "SELECT sharded_seq.create_sequence('ms', tier => 'memcached', block => 200)" >/dev/null
-    DB=reinstall q "SELECT sharded_seq.create_counter('bc', mode => 'buffered')" >/dev/null
+    DB=reinstall q "SELECT sharded_seq.create_counter('bc', mode => 'memcached')" >/dev/null
 }
 setup_objects
 DB=reinstall q "SELECT sharded_nextval('ms') FROM generate_series(1, 100)" >"$WORK/old.out"
@@ -206,11 +206,11 @@ python3 "$HERE/check_values.py" "$WORK"/via10.*.out
 fi
 
 if want 5; then
-echo "== 5. first commits to fresh buffered counters, all at once, with shared statistics"
+echo "== 5. first commits to fresh memcached counters, all at once, with shared statistics"
 # Each of 8 sessions commits its increment of counter k the moment D lets go
 # of lock k, so that first commits (and first statistics events) collide.
 N=150
-q "SELECT count(sharded_seq.create_counter('r_' || g, shards => 2, mode => 'buffered')) FROM generate_series(1, $N) g" >/dev/null
+q "SELECT count(sharded_seq.create_counter('r_' || g, shards => 2, mode => 'memcached')) FROM generate_series(1, $N) g" >/dev/null
 session_open D
 session_send D "SELECT count(pg_advisory_lock(g)) FROM generate_series(1, $N) g;"
 session_sync D
@@ -249,7 +249,7 @@ fi
 if want 6; then
 echo "== 6. memcached gone after the commit decided to use it"
 DEAD_PORT="$(free_port)"    # nothing listens there: the first commit finds it down only after committing
-q "SELECT sharded_seq.create_counter('lb', mode => 'buffered')" >/dev/null
+q "SELECT sharded_seq.create_counter('lb', mode => 'memcached')" >/dev/null
 session_open L
 session_send L "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT';"
 # the read inside counter_incr finds memcached down; a second later the
@@ -274,7 +274,7 @@ expect "... with nothing in memcached, and no error" "$(q "SELECT sharded_seq.co
 
 # a leftover never holds up or fails another commit: not when its rows are
 # held by another transaction, not when its counter cannot take it
-q "SELECT sharded_seq.create_counter('held', shards => 1, mode => 'buffered'), sharded_seq.create_counter('full', shards => 1, mode => 'buffered'), sharded_seq.create_counter('other')" >/dev/null
+q "SELECT sharded_seq.create_counter('held', shards => 1, mode => 'memcached'), sharded_seq.create_counter('full', shards => 1, mode => 'memcached'), sharded_seq.create_counter('other')" >/dev/null
 session_open L
 session_send L "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT'; SET lock_timeout = '3s';"
 # (one counter a transaction: the first delivery attempt tells the second that memcached is down)
@@ -313,7 +313,7 @@ session_close H
 # a leftover never reaches a counter of a later installation
 psql -qX -d postgres -c "CREATE DATABASE leftover" >/dev/null
 DB=leftover q "CREATE EXTENSION sharded_seq"
-DB=leftover q "SELECT sharded_seq.create_counter('old_c', mode => 'buffered')" >/dev/null
+DB=leftover q "SELECT sharded_seq.create_counter('old_c', mode => 'memcached')" >/dev/null
 session_open M leftover
 session_send M "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT';"
 session_send M "BEGIN; SELECT counter_incr('old_c', 5); SELECT pg_sleep(1.2); COMMIT;"
@@ -332,7 +332,7 @@ fi
 if want 7; then
 echo "== 7. amounts left over never make another commit wait or fail"
 DEAD_PORT="$(free_port)"
-q "SELECT sharded_seq.create_counter('c1', shards => 1, mode => 'buffered'), sharded_seq.create_counter('e1', shards => 1)" >/dev/null
+q "SELECT sharded_seq.create_counter('c1', shards => 1, mode => 'memcached'), sharded_seq.create_counter('e1', shards => 1)" >/dev/null
 q "CREATE TABLE y (i int)"
 left_over() { session_send "$1" "BEGIN; SELECT counter_incr('$2', $3); SELECT pg_sleep(1.2); COMMIT;"; }
 session_open S
@@ -370,7 +370,7 @@ session_sync S
 expect "... which a later commit writes" "$(q "SELECT counter_value('c1') || ' ' || counter_value('e1')")" "15 3"
 psql -qX -d postgres -c "CREATE DATABASE dropping" >/dev/null
 DB=dropping q "CREATE EXTENSION sharded_seq"
-DB=dropping q "SELECT sharded_seq.create_counter('c', mode => 'buffered'), sharded_seq.create_counter('e')" >/dev/null
+DB=dropping q "SELECT sharded_seq.create_counter('c', mode => 'memcached'), sharded_seq.create_counter('e')" >/dev/null
 session_open D dropping
 session_send D "SET sharded_seq.memcached_servers = '127.0.0.1:$DEAD_PORT';"
 left_over D c 5

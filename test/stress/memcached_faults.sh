@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The memcached fast path under faults.  8 sessions draw from a memcached-tier
-# sequence and increment a buffered counter (writing each committed delta to a
+# sequence and increment a memcached counter (writing each committed delta to a
 # ledger in the same transaction) while memcached gets flush_all, is killed
 # with SIGKILL and restarted, and is finally taken down for good.  Then:
 # no value repeats, each session's values increase, no session saw an error,
 # and no counter total exceeds the true sum.  A second load with memcached up
-# throughout checks that a buffered total is exact after a clean flush.
+# throughout checks that a memcached total is exact after a clean flush.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -23,7 +23,7 @@ cluster_start
 db_create stress
 psql -qX -d stress <<'SQL' >/dev/null
 SELECT sharded_seq.create_sequence('ms', tier => 'memcached', block => 500);
-SELECT sharded_seq.create_counter('bc', shards => 4, mode => 'buffered');
+SELECT sharded_seq.create_counter('bc', shards => 4, mode => 'memcached');
 CREATE TABLE ledger (counter text, delta bigint);
 SQL
 
@@ -78,12 +78,12 @@ python3 "$HERE/check_values.py" "$WORK"/p1.*.out
 memcached_start "$MC_PORT"
 psql -qXAt -d stress -c "SELECT sharded_seq.flush_counters()" >/dev/null
 read -r total ledger <<<"$(psql -qXAt -F ' ' -d stress -c "SELECT counter_value('bc'), (SELECT sum(delta) FROM ledger WHERE counter = 'bc')")"
-echo "RESULT after the faults: buffered total $total, true sum $ledger (lost $((ledger - total)))"
+echo "RESULT after the faults: memcached total $total, true sum $ledger (lost $((ledger - total)))"
 [ "$total" -le "$ledger" ] || { echo "a total exceeds the true sum"; exit 1; }
 [ "$total" -gt 0 ]
 
 echo "phase 2: load with memcached up throughout, then a clean flush"
-psql -qX -d stress -c "SELECT sharded_seq.create_counter('bc2', shards => 4, mode => 'buffered')" >/dev/null
+psql -qX -d stress -c "SELECT sharded_seq.create_counter('bc2', shards => 4, mode => 'memcached')" >/dev/null
 # more than memcached can add in one step: it takes the exact path
 psql -qX -d stress -c "BEGIN" -c "SELECT counter_incr('bc2', 5000000000)" -c "INSERT INTO ledger VALUES ('bc2', 5000000000)" -c "COMMIT" >/dev/null
 run_phase p2 3000 bc2
@@ -97,7 +97,7 @@ echo "RESULT tier switched database -> memcached online: $(psql -qXAt -d stress 
 if cat "$WORK"/p2.*.err | grep -q .; then cat "$WORK"/p2.*.err | head; exit 1; fi
 flushed=$(psql -qXAt -d stress -c "SELECT sharded_seq.flush_counters()")
 read -r total ledger pending <<<"$(psql -qXAt -F ' ' -d stress -c "SELECT counter_value('bc2'), (SELECT sum(delta) FROM ledger WHERE counter = 'bc2'), (SELECT pending FROM sharded_seq.counters WHERE name = 'bc2')")"
-echo "RESULT after a clean flush ($flushed flushed): buffered total $total, true sum $ledger, pending $pending"
+echo "RESULT after a clean flush ($flushed flushed): memcached total $total, true sum $ledger, pending $pending"
 [ "$total" = "$ledger" ] && [ "$pending" = 0 ]
 python3 "$HERE/check_values.py" "$WORK"/p1.*.out "$WORK"/p2.*.out
 psql -qX -d stress -c "TABLE sharded_seq.memcached_stats"

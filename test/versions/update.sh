@@ -98,6 +98,10 @@ SQL
     after="$(totals "$db")"
     echo "RESULT $v after the update: $after"
     [ "$after" = "$before" ] || { echo "totals changed across the update: $before -> $after"; exit 1; }
+    # 1.0-1.2's 'buffered' was the memcached write-behind: it keeps that meaning
+    modes="$(psql -qXAt -d "$db" -c "SELECT string_agg(name || ':' || mode, ' ' ORDER BY name) FROM sharded_seq.counters")"
+    echo "RESULT $v modes after the update: $modes"
+    [ "$modes" = "buf_c:memcached exact_c:exact" ] || { echo "unexpected modes: $modes"; exit 1; }
 
     # later values: none repeated, and each above every value handed out
     # before by the same shard (block k of shard i starts at

@@ -1,0 +1,65 @@
+/* sharded_seq--1.2--1.3.sql */
+
+\echo Use "ALTER EXTENSION sharded_seq UPDATE TO '1.3'" to load this file. \quit
+
+-- The memcached write-behind of 1.0-1.2 keeps its guarantees under a new
+-- name; 'buffered' now means shared memory, flushed by the background worker.
+UPDATE sharded_seq.counter_config SET mode = 'memcached'
+ WHERE mode OPERATOR(pg_catalog.=) 'buffered';
+
+COMMENT ON FUNCTION sharded_seq.create_counter(text, integer, text) IS 'create a counter; NULL shards makes it adaptive (one row, more under contention); mode exact, buffered (shared memory) or memcached';
+COMMENT ON FUNCTION sharded_seq.flush_counters() IS 'move every write-behind amount (shared memory and memcached) of counters you may increment into their shard rows now; returns how many had an amount to move';
+
+-- pending now covers both write-behind modes.  Replaced in place, so that
+-- views of the user's built on it survive the update.
+CREATE OR REPLACE VIEW sharded_seq.counters AS
+SELECT c.name,
+       (SELECT pg_catalog.count(*) FROM sharded_seq.counter_shards s
+         WHERE s.counter_id OPERATOR(pg_catalog.=) c.id)::integer AS shards,
+       c.mode,
+       t.stored OPERATOR(pg_catalog.+) COALESCE(t.pending, 0) AS total,
+       t.pending,
+       c.owner,
+       c.acl,
+       c.created_at,
+       c.altered_at,
+       c.shards IS NULL AS adaptive
+  FROM sharded_seq.counter_config c
+ CROSS JOIN LATERAL (
+       SELECT sharded_seq.counter_total(c.id) AS stored,
+              sharded_seq.counter_pending(c.id) AS pending) t
+ ORDER BY c.name;
+COMMENT ON VIEW sharded_seq.counters IS 'one row per counter: its current shard rows, whether they adapt, and its total; pending is what is committed but not yet in the rows, in shared memory or memcached (NULL if unreadable)';
+
+------------------------------------------------------------------------------
+-- write-behind counters and the background worker (1.3)
+------------------------------------------------------------------------------
+
+-- What the background workers are doing: a launcher row, then one row per
+-- database served.  Readable by pg_monitor members, as pg_stat_activity is.
+CREATE FUNCTION sharded_seq.worker_status(
+    OUT kind text, OUT database name, OUT pid integer, OUT running boolean,
+    OUT started_at timestamptz, OUT last_flush_at timestamptz,
+    OUT last_flush_amount bigint, OUT last_flush_counters integer,
+    OUT flushed_total bigint, OUT last_maintain_at timestamptz,
+    OUT last_error text, OUT last_error_at timestamptz)
+RETURNS SETOF record
+LANGUAGE C VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'worker_status';
+REVOKE ALL ON FUNCTION sharded_seq.worker_status() FROM PUBLIC;
+
+CREATE VIEW sharded_seq.workers AS
+SELECT * FROM sharded_seq.worker_status();
+COMMENT ON VIEW sharded_seq.workers IS 'the background launcher and one worker per database: running or not, last flush and amount moved, last maintain(), last error';
+REVOKE ALL ON sharded_seq.workers FROM PUBLIC;
+GRANT SELECT ON sharded_seq.workers TO pg_monitor;
+GRANT EXECUTE ON FUNCTION sharded_seq.worker_status() TO pg_monitor;
+
+-- The shared-memory slot table of mode 'buffered': slots in use, in all,
+-- and commits that found it full (and went to the rows instead).
+CREATE FUNCTION sharded_seq.buffered_slots(
+    OUT used integer, OUT total integer, OUT refused bigint)
+RETURNS record
+LANGUAGE C VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'buffered_slots';
+COMMENT ON FUNCTION sharded_seq.buffered_slots() IS 'slots of mode ''buffered'' in use and in all (sharded_seq.buffered_slots), and commits that found none free';

@@ -1,0 +1,505 @@
+/*
+ * counter_buffer.c
+ *	  Write-behind in shared memory for counters in mode 'buffered': a bounded
+ *	  table of slots, one per counter, holding committed increments that are
+ *	  not yet in the shard rows, and the flush that moves them there.
+ *
+ * A committing transaction finds (or claims) its counter's slot and pins it
+ * at PRE_COMMIT, and adds its amount with one atomic add once the commit is
+ * final, so an abort never counts.  A flush takes the whole amount with an
+ * atomic exchange and writes it to the rows in its transaction; if that
+ * transaction or savepoint rolls back, the amount is added back.  A read
+ * adds the slot's amount to the rows it read with an older snapshot: an
+ * amount moved meanwhile is missed for a moment, never counted twice.
+ *
+ * Lookups take no lock.  Claiming and freeing slots take the table's LWLock;
+ * a pin (a count in the slot) keeps the worker from freeing a slot that a
+ * commit is about to add to.  Shared memory exists only when the library is
+ * in shared_preload_libraries; without it a buffered counter behaves as an
+ * exact one.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/memutils.h"
+
+#include "sharded_seq.h"
+
+#define SLOT_FREE	0			/* never used since the last free run: ends probes */
+#define SLOT_USED	1
+#define SLOT_DEAD	2			/* freed: probes go on past it */
+
+typedef struct BufferSlot
+{
+	pg_atomic_uint32 state;
+	pg_atomic_uint32 pins;		/* commits about to add, flushes holding an amount */
+	pg_atomic_uint64 pending;	/* committed, not yet in the rows */
+	Oid			dbid;
+	Oid			install;		/* counter_config's OID */
+	int32		counter_id;
+	int32		idle_rounds;	/* worker's: flushes that found it empty */
+	char		pad[PG_CACHE_LINE_SIZE - 32];	/* one slot per cache line */
+} BufferSlot;
+
+StaticAssertDecl(sizeof(BufferSlot) == PG_CACHE_LINE_SIZE,
+				 "a buffer slot fills one cache line");
+
+typedef struct BufferShared
+{
+	LWLock	   *lock;			/* claims and frees */
+	int			nslots;
+	pg_atomic_uint64 refused;	/* commits that found the table full */
+	BufferSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} BufferShared;
+
+int			BufferedSlots = 4096;
+static BufferShared *Shared = NULL;
+
+/* An amount this transaction took from a slot, given back if it rolls back. */
+typedef struct Taken
+{
+	BufferSlot *slot;			/* pinned while listed */
+	uint64		amount;
+	SubTransactionId subid;
+	struct Taken *next;
+} Taken;
+
+/* A commit's slot, pinned at PRE_COMMIT, added to at COMMIT. */
+typedef struct ToAdd
+{
+	BufferSlot *slot;
+	uint64		amount;
+	struct ToAdd *next;
+} ToAdd;
+
+static Taken *TakenList = NULL; /* TopMemoryContext */
+static ToAdd *AddList = NULL;	/* TopMemoryContext */
+
+Size
+SlotsShmemSize(void)
+{
+	return add_size(offsetof(BufferShared, slots),
+					mul_size(BufferedSlots, sizeof(BufferSlot)));
+}
+
+void
+SlotsShmemInit(void)
+{
+	bool		found;
+
+	Shared = ShmemInitStruct("sharded_seq buffered counters", SlotsShmemSize(), &found);
+	if (!found)
+	{
+		Shared->lock = &(GetNamedLWLockTranche("sharded_seq buffered"))->lock;
+		Shared->nslots = BufferedSlots;
+		pg_atomic_init_u64(&Shared->refused, 0);
+		for (int i = 0; i < BufferedSlots; i++)
+		{
+			BufferSlot *s = &Shared->slots[i];
+
+			pg_atomic_init_u32(&s->state, SLOT_FREE);
+			pg_atomic_init_u32(&s->pins, 0);
+			pg_atomic_init_u64(&s->pending, 0);
+			s->dbid = InvalidOid;
+			s->install = InvalidOid;
+			s->counter_id = 0;
+			s->idle_rounds = 0;
+		}
+	}
+}
+
+bool
+BufferAvailable(void)
+{
+	return Shared != NULL;
+}
+
+static uint32
+SlotHash(Oid dbid, Oid install, int32 counter_id)
+{
+	uint32		h = murmurhash32((uint32) counter_id);
+
+	h = hash_combine(h, murmurhash32((uint32) install));
+	return hash_combine(h, murmurhash32((uint32) dbid));
+}
+
+static bool
+SlotIs(BufferSlot *s, Oid dbid, Oid install, int32 counter_id)
+{
+	if (pg_atomic_read_u32(&s->state) != SLOT_USED)
+		return false;
+	pg_read_barrier();			/* the key was written before the state */
+	return s->counter_id == counter_id && s->install == install && s->dbid == dbid;
+}
+
+/* The slot of a counter, or NULL; with no lock, so it may be freed at once. */
+static BufferSlot *
+FindSlot(Oid dbid, Oid install, int32 counter_id)
+{
+	int			n = Shared->nslots;
+	uint32		start = SlotHash(dbid, install, counter_id) % (uint32) n;
+
+	for (int i = 0; i < n; i++)
+	{
+		BufferSlot *s = &Shared->slots[(start + i) % n];
+		uint32		state = pg_atomic_read_u32(&s->state);
+
+		if (state == SLOT_FREE)
+			return NULL;
+		if (state == SLOT_USED && SlotIs(s, dbid, install, counter_id))
+			return s;
+	}
+	return NULL;
+}
+
+/*
+ * The counter's slot, pinned; claimed if missing and claim is true.  NULL
+ * if it has none (or the table is full).
+ */
+static BufferSlot *
+PinSlot(Oid install, int32 counter_id, bool claim)
+{
+	for (;;)
+	{
+		BufferSlot *s = FindSlot(MyDatabaseId, install, counter_id);
+
+		if (s != NULL)
+		{
+			pg_atomic_fetch_add_u32(&s->pins, 1);
+			/* a free that ran meanwhile sees the pin, or we see its state */
+			if (SlotIs(s, MyDatabaseId, install, counter_id))
+				return s;
+			pg_atomic_fetch_sub_u32(&s->pins, 1);
+			continue;
+		}
+		if (!claim)
+			return NULL;
+
+		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+		s = FindSlot(MyDatabaseId, install, counter_id);
+		if (s == NULL)
+		{
+			int			n = Shared->nslots;
+			uint32		start = SlotHash(MyDatabaseId, install, counter_id) % (uint32) n;
+
+			for (int i = 0; i < n && s == NULL; i++)
+			{
+				BufferSlot *c = &Shared->slots[(start + i) % n];
+
+				/* a stray pin from a lookup that lost a race: not this one */
+				if (pg_atomic_read_u32(&c->state) != SLOT_USED &&
+					pg_atomic_read_u32(&c->pins) == 0)
+					s = c;
+			}
+			if (s != NULL)
+			{
+				s->dbid = MyDatabaseId;
+				s->install = install;
+				s->counter_id = counter_id;
+				s->idle_rounds = 0;
+				pg_atomic_write_u64(&s->pending, 0);
+				pg_write_barrier();
+				pg_atomic_write_u32(&s->state, SLOT_USED);
+			}
+		}
+		if (s != NULL)
+			pg_atomic_fetch_add_u32(&s->pins, 1);	/* under the lock: no free between */
+		LWLockRelease(Shared->lock);
+		if (s == NULL)
+			pg_atomic_fetch_add_u64(&Shared->refused, 1);
+		return s;
+	}
+}
+
+static void
+Unpin(BufferSlot *s)
+{
+	pg_atomic_fetch_sub_u32(&s->pins, 1);
+}
+
+/*
+ * At PRE_COMMIT: reserve the counter's slot for a positive amount to be added
+ * once the commit is final.  False if the amount must go to the rows: no
+ * shared memory, the table is full, or the slot could overflow.
+ */
+bool
+BufferReserve(int32 counter_id, int64 amount)
+{
+	BufferSlot *s;
+	ToAdd	   *a;
+
+	if (Shared == NULL || amount <= 0)
+		return false;
+	/* allocate first: nothing may fail once the slot is pinned */
+	a = MemoryContextAlloc(TopMemoryContext, sizeof(ToAdd));
+	s = PinSlot(ConfigRelid("counter_config"), counter_id, true);
+	if (s == NULL)
+	{
+		pfree(a);
+		return false;
+	}
+	/* keep a slot's sum within bigint; a flush makes room again */
+	if (pg_atomic_read_u64(&s->pending) > (uint64) (PG_INT64_MAX / 2) - (uint64) amount)
+	{
+		Unpin(s);
+		pfree(a);
+		return false;
+	}
+	a->slot = s;
+	a->amount = (uint64) amount;
+	a->next = AddList;
+	AddList = a;
+	return true;
+}
+
+/* Committed amounts not yet in the rows: 0 without a slot. */
+int64
+BufferPending(int32 counter_id)
+{
+	BufferSlot *s;
+	uint64		v;
+
+	if (Shared == NULL)
+		return 0;
+	s = FindSlot(MyDatabaseId, ConfigRelid("counter_config"), counter_id);
+	if (s == NULL)
+		return 0;
+	v = pg_atomic_read_u64(&s->pending);
+	/* re-check: the slot may have been freed and claimed for another counter */
+	return SlotIs(s, MyDatabaseId, ConfigRelid("counter_config"), counter_id) ? (int64) v : 0;
+}
+
+/*
+ * Take a counter's whole amount for a flush in this transaction; given back
+ * if it rolls back.  Returns 0 if there is nothing.  Cannot fail once the
+ * amount is taken.
+ */
+int64
+BufferTake(Oid install, int32 counter_id)
+{
+	BufferSlot *s;
+	Taken	   *t;
+	uint64		amount;
+
+	if (Shared == NULL)
+		return 0;
+	t = MemoryContextAlloc(TopMemoryContext, sizeof(Taken));
+	s = PinSlot(install, counter_id, false);
+	if (s == NULL)
+	{
+		pfree(t);
+		return 0;
+	}
+	amount = pg_atomic_exchange_u64(&s->pending, 0);
+	if (amount == 0)
+	{
+		Unpin(s);
+		pfree(t);
+		return 0;
+	}
+	t->slot = s;
+	t->amount = amount;
+	t->subid = GetCurrentSubTransactionId();
+	t->next = TakenList;
+	TakenList = t;
+	return (int64) amount;
+}
+
+/* Counters of this database with a slot, for a flush: palloc'd ids. */
+int
+BufferCounters(Oid install, int32 **ids)
+{
+	int			n = 0;
+
+	*ids = NULL;
+	if (Shared == NULL)
+		return 0;
+	*ids = palloc(sizeof(int32) * Shared->nslots);
+	for (int i = 0; i < Shared->nslots; i++)
+	{
+		BufferSlot *s = &Shared->slots[i];
+
+		if (pg_atomic_read_u32(&s->state) != SLOT_USED)
+			continue;
+		pg_read_barrier();
+		if (s->dbid == MyDatabaseId && s->install == install)
+			(*ids)[n++] = s->counter_id;
+	}
+	return n;
+}
+
+/*
+ * Free this database's slots that the worker found empty for two rounds in a
+ * row, and those of an installation that is gone (logging any amount they
+ * held).  Only the database's worker calls this.
+ */
+void
+BufferFreeIdle(Oid install)
+{
+	if (Shared == NULL)
+		return;
+	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < Shared->nslots; i++)
+	{
+		BufferSlot *s = &Shared->slots[i];
+		bool		stale;
+
+		if (pg_atomic_read_u32(&s->state) != SLOT_USED || s->dbid != MyDatabaseId)
+			continue;
+		stale = s->install != install;
+		if (!stale && (pg_atomic_read_u64(&s->pending) != 0 || ++s->idle_rounds < 2))
+		{
+			if (pg_atomic_read_u64(&s->pending) != 0)
+				s->idle_rounds = 0;
+			continue;
+		}
+		if (pg_atomic_read_u32(&s->pins) != 0)
+			continue;
+		(void) pg_atomic_exchange_u32(&s->state, SLOT_DEAD);
+		if (pg_atomic_read_u32(&s->pins) != 0)
+		{
+			/* a lookup pinned it meanwhile and will see it used */
+			pg_atomic_write_u32(&s->state, SLOT_USED);
+			continue;
+		}
+		if (stale && pg_atomic_read_u64(&s->pending) != 0)
+			ereport(LOG,
+					(errmsg("sharded_seq: " UINT64_FORMAT " committed increments of counter %d will not be counted: the extension was dropped",
+							pg_atomic_read_u64(&s->pending), s->counter_id)));
+	}
+
+	/* a dead slot just before a free one ends probes as well as it does */
+	for (int i = Shared->nslots - 1; i >= 0; i--)
+	{
+		BufferSlot *s = &Shared->slots[i];
+		BufferSlot *next = &Shared->slots[(i + 1) % Shared->nslots];
+
+		if (pg_atomic_read_u32(&s->state) == SLOT_DEAD &&
+			pg_atomic_read_u32(&next->state) == SLOT_FREE &&
+			pg_atomic_read_u32(&s->pins) == 0)
+			pg_atomic_write_u32(&s->state, SLOT_FREE);
+	}
+	LWLockRelease(Shared->lock);
+}
+
+/* Slots in use, in all, and commits refused for want of one. */
+void
+BufferSlotUsage(int *used, int *total, int64 *refused)
+{
+	*used = *total = 0;
+	*refused = 0;
+	if (Shared == NULL)
+		return;
+	*total = Shared->nslots;
+	for (int i = 0; i < Shared->nslots; i++)
+		if (pg_atomic_read_u32(&Shared->slots[i].state) == SLOT_USED)
+			(*used)++;
+	*refused = (int64) pg_atomic_read_u64(&Shared->refused);
+}
+
+bool
+BufferTakenInXact(void)
+{
+	return TakenList != NULL;
+}
+
+/* ---- transaction ends: no errors here, only atomics and pfree ---- */
+
+void
+BufferXactCommit(void)
+{
+	while (AddList)
+	{
+		ToAdd	   *a = AddList;
+
+		AddList = a->next;
+		pg_atomic_fetch_add_u64(&a->slot->pending, a->amount);
+		Unpin(a->slot);
+		pfree(a);
+	}
+	while (TakenList)
+	{
+		Taken	   *t = TakenList;
+
+		TakenList = t->next;
+		Unpin(t->slot);
+		pfree(t);
+	}
+}
+
+void
+BufferXactAbort(void)
+{
+	while (AddList)
+	{
+		ToAdd	   *a = AddList;
+
+		AddList = a->next;
+		Unpin(a->slot);
+		pfree(a);
+	}
+	while (TakenList)
+	{
+		Taken	   *t = TakenList;
+
+		TakenList = t->next;
+		pg_atomic_fetch_add_u64(&t->slot->pending, t->amount);
+		Unpin(t->slot);
+		pfree(t);
+	}
+}
+
+void
+BufferSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
+{
+	Taken	  **link = &TakenList;
+
+	while (*link)
+	{
+		Taken	   *t = *link;
+
+		if (t->subid != subid)
+			link = &t->next;
+		else if (aborted)
+		{
+			*link = t->next;
+			pg_atomic_fetch_add_u64(&t->slot->pending, t->amount);
+			Unpin(t->slot);
+			pfree(t);
+		}
+		else
+		{
+			t->subid = parent;
+			link = &t->next;
+		}
+	}
+}
+
+/*
+ * Move a counter's shared-memory amount into its rows, in this transaction;
+ * given back if it rolls back.  Returns the amount moved.
+ */
+int64
+FlushBuffered(int32 counter_id, const char *name)
+{
+	int64		amount = BufferTake(ConfigRelid("counter_config"), counter_id);
+
+	if (amount == 0)
+		return 0;
+	if (!CounterApply(counter_id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS),
+					  amount, name, NULL, 0))
+	{
+		/* the counter is gone: what it held belongs to nothing now */
+		ereport(LOG,
+				(errmsg("sharded_seq: " INT64_FORMAT " committed increments of counter \"%s\" will not be counted: the counter was dropped",
+						amount, name)));
+		return 0;
+	}
+	StatsCount(KIND_COUNTER, counter_id, STAT_FLUSHES, 1);
+	return amount;
+}
