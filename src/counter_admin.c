@@ -32,17 +32,15 @@ StoredMode(const char *mode)
 		return StoredModeName(MODE_MEMCACHED);
 	if (strcmp(mode, "buffered") == 0)
 	{
+		/* before ALTER EXTENSION UPDATE to 1.3, 'buffered' keeps its old meaning */
+		if (!WriteBehindModesSplit())
+			return "buffered";
 		if (!BufferAvailable())
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("mode 'buffered' needs sharded_seq in shared_preload_libraries"),
 					 errdetail("Buffered counters keep committed increments in shared memory, which only a preloaded library has."),
 					 errhint("Add sharded_seq to shared_preload_libraries and restart the server, or use mode 'memcached' or 'exact'.")));
-		if (!WriteBehindModesSplit())
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("mode 'buffered' needs version 1.3 of the extension's schema"),
-					 errhint("Run ALTER EXTENSION sharded_seq UPDATE.")));
 		return "buffered";
 	}
 	ereport(ERROR,

@@ -411,40 +411,83 @@ FlushAllBuffered(Oid install, FlushTotals *totals)
 		pfree(ids);
 }
 
-/* Flush every counter in mode 'memcached', whether or not anyone increments. */
-static void
-FlushAllMemcached(FlushTotals *totals)
+typedef struct McCounter
 {
-	uint64		n;
+	int32		id;
+	char		name[NAMEDATALEN];
+} McCounter;
 
-	if (!McEnabled())
-		return;
+/* The counters in mode 'memcached', in id order, allocated in cxt. */
+static McCounter *
+ListMemcachedCounters(MemoryContext cxt, int *count)
+{
+	McCounter  *list;
+	uint64		n;
+	int			kept = 0;
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute("SELECT id, name, mode FROM sharded_seq.counter_config"
 					" WHERE mode OPERATOR(pg_catalog.<>) 'exact' ORDER BY id", true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list write-behind counters");
 	n = SPI_processed;
+	list = MemoryContextAlloc(cxt, sizeof(McCounter) * Max(n, 1));
 	for (uint64 i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
-		int32		id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
-		char	   *name = SPI_getvalue(tup, desc, 2);
 		char	   *mode = SPI_getvalue(tup, desc, 3);
-		int64		moved;
 
 		if (ParseCounterMode(mode, strlen(mode)) != MODE_MEMCACHED)
 			continue;
-		moved = FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, false);
+		list[kept].id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		strlcpy(list[kept].name, SPI_getvalue(tup, desc, 2), NAMEDATALEN);
+		kept++;
+	}
+	SPI_finish();
+	*count = kept;
+	return list;
+}
+
+/*
+ * Flush every counter in mode 'memcached', whether or not anyone increments,
+ * committing every few counters: each flush holds an advisory lock until its
+ * transaction ends.
+ */
+#define MC_FLUSH_BATCH 64
+
+static void
+FlushAllMemcached(McCounter *list, int n, FlushTotals *totals)
+{
+	for (int i = 0; i < n; i++)
+	{
+		int64		moved;
+
+		if (i % MC_FLUSH_BATCH == 0)
+		{
+			if (i > 0)
+			{
+				PopActiveSnapshot();
+				CommitTransactionCommand();
+			}
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+		}
+		moved = FlushCounter(list[i].id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS),
+							 list[i].name, false);
 		if (moved > 0)
 		{
 			totals->amount += moved;
 			totals->counters++;
 		}
 	}
-	SPI_finish();
+	if (n > 0)
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
 }
 
 /* In PG_CATCH: log the error, undo the transaction, and show the error in the view. */
@@ -475,11 +518,19 @@ Round(bool flush_only)
 {
 	FlushTotals totals = {0, 0};
 	volatile bool installed = true;
-	MemoryContext round_cxt = CurrentMemoryContext;
+	MemoryContext caller_cxt = CurrentMemoryContext;
+	static MemoryContext round_cxt = NULL;
+
+	if (round_cxt == NULL)
+		round_cxt = AllocSetContextCreate(TopMemoryContext, "sharded_seq worker round",
+										  ALLOCSET_DEFAULT_SIZES);
+	MemoryContextReset(round_cxt);
 
 	PG_TRY();
 	{
 		Oid			install;
+		McCounter  *mc = NULL;
+		int			nmc = 0;
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
@@ -490,13 +541,14 @@ Round(bool flush_only)
 		{
 			pgstat_report_activity(STATE_RUNNING, "sharded_seq: flush");
 			FlushAllBuffered(install, &totals);
-			if (!flush_only)
-				FlushAllMemcached(&totals);
+			if (!flush_only && McEnabled())
+				mc = ListMemcachedCounters(round_cxt, &nmc);
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		if (OidIsValid(install))
 			BufferFreeIdle(install);
+		FlushAllMemcached(mc, nmc, &totals);
 		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 		MyDb->last_flush_at = GetCurrentTimestamp();
 		MyDb->last_flush_amount = totals.amount;
@@ -535,7 +587,7 @@ Round(bool flush_only)
 	PG_CATCH();
 	{
 		RecordError();
-		MemoryContextSwitchTo(round_cxt);
+		MemoryContextSwitchTo(caller_cxt);
 	}
 	PG_END_TRY();
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -597,6 +649,8 @@ sharded_seq_worker_main(Datum arg)
 	pgstat_report_appname("sharded_seq worker");
 	/* a flush waits for a row lock at most this long, then tries next round */
 	SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE);
+	/* it runs as a superuser: nothing of a database owner's may be resolved */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 
 	while (!got_sigterm)
 	{
