@@ -57,9 +57,7 @@ EvictCounter(CacheEntry *e)
 	if (entry->acl)
 		pfree(entry->acl);
 	entry->acl = NULL;
-	if (entry->place.roots)
-		pfree(entry->place.roots);
-	entry->place.roots = NULL;
+	ForgetRows(&entry->place);
 }
 
 static ObjectCache CounterCache = {
@@ -244,9 +242,7 @@ LoadCounterConfig(CounterEntry *entry)
 		entry->place.counter_id = entry->id;
 		entry->place.shards = entry->shards;
 		entry->place.config_xmin = row.xmin;
-		if (entry->place.roots)
-			pfree(entry->place.roots);
-		entry->place.roots = NULL;
+		ForgetRows(&entry->place);
 		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) %
 								(uint32) (entry->shards > 0 ? entry->shards : MaxCounterShards));
 	}
@@ -480,12 +476,14 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			Pending = NULL;		/* its memory goes with TopTransactionContext */
 			Dropped = NULL;
+			LayoutXactEnd(false);
 			BufferXactCommit();
 			BufferAtCommit();
 			break;
 		case XACT_EVENT_PREPARE:
 			Pending = NULL;
 			Dropped = NULL;
+			LayoutXactEnd(true);
 			BufferXactCommit();	/* nothing was reserved or taken */
 			BufferAtCommit();	/* nothing was buffered: only leftovers are kept */
 			break;
@@ -493,6 +491,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			Pending = NULL;
 			Dropped = NULL;
+			LayoutXactEnd(false);
 			BufferXactAbort();
 			BufferAtAbort();
 			break;

@@ -93,6 +93,7 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 
 	shard_args[0] = Int32GetDatum(id);
 	shard_args[1] = Int32GetDatum(Max(shards, 1));
+	LayoutChanging(id);
 	PreparePlan(&shards_plan,
 				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
 				" SELECT $1, g FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
@@ -212,6 +213,7 @@ RebuildShards(int32 id, int32 shards)
 				1, types1);
 	ExecOrFail(lock_plan, args, SPI_OK_SELECT, "lock counter shards");
 	total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	LayoutChanging(id);
 	PreparePlan(&delete_plan,
 				"DELETE FROM sharded_seq.counter_shards WHERE counter_id OPERATOR(pg_catalog.=) $1",
 				1, types1);
@@ -344,6 +346,7 @@ drop_counter(PG_FUNCTION_ARGS)
 	args[0] = Int32GetDatum(row.id);
 	LockCounterCommits(row.id);
 	CounterDroppedInXact(row.id);
+	LayoutChanging(row.id);
 	PreparePlan(&plan,
 				"WITH s AS (DELETE FROM sharded_seq.counter_shards WHERE counter_id OPERATOR(pg_catalog.=) $1)"
 				"DELETE FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1",

@@ -49,11 +49,26 @@ typedef struct BufferSlot
 StaticAssertDecl(sizeof(BufferSlot) == PG_CACHE_LINE_SIZE,
 				 "a buffer slot fills one cache line");
 
+/*
+ * Layout words: for each bucket of counters, a change count (high bits) and
+ * the transactions changing a layout now (low bits).  A transaction that
+ * inserts or deletes shard rows adds to both before it does, and at its end
+ * adds to the count and takes itself out.  A reader that saw a settled word
+ * (nobody changing) and then took a snapshot has every row; while the word
+ * stays the same, remembered rows are still all the rows.  A prepared
+ * transaction stays "changing" for good: nobody knows when it will commit.
+ */
+#define LAYOUT_BUCKETS		4096
+#define LAYOUT_CHANGING_BITS 20
+#define LAYOUT_CHANGING_MASK ((UINT64CONST(1) << LAYOUT_CHANGING_BITS) - 1)
+#define LAYOUT_COUNT_ONE	(UINT64CONST(1) << LAYOUT_CHANGING_BITS)
+
 typedef struct BufferShared
 {
 	LWLock	   *lock;			/* claims and frees */
 	int			nslots;
 	pg_atomic_uint64 refused;	/* commits that found the table full */
+	pg_atomic_uint64 layout[LAYOUT_BUCKETS];
 	BufferSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } BufferShared;
 
@@ -98,6 +113,8 @@ SlotsShmemInit(void)
 		Shared->lock = &(GetNamedLWLockTranche("sharded_seq buffered"))->lock;
 		Shared->nslots = BufferedSlots;
 		pg_atomic_init_u64(&Shared->refused, 0);
+		for (int i = 0; i < LAYOUT_BUCKETS; i++)
+			pg_atomic_init_u64(&Shared->layout[i], 0);
 		for (int i = 0; i < BufferedSlots; i++)
 		{
 			BufferSlot *s = &Shared->slots[i];
@@ -502,4 +519,70 @@ FlushBuffered(int32 counter_id, const char *name)
 	}
 	StatsCount(KIND_COUNTER, counter_id, STAT_FLUSHES, 1);
 	return amount;
+}
+
+/* ---- layout words ---- */
+
+/* Buckets this transaction marked changing, in TopMemoryContext. */
+static pg_atomic_uint64 **Changing = NULL;
+static int	NChanging = 0;
+static int	ChangingSize = 0;
+
+static pg_atomic_uint64 *
+LayoutBucket(int32 counter_id)
+{
+	uint32		h = SlotHash(MyDatabaseId, ConfigRelid("counter_config"), counter_id);
+
+	return &Shared->layout[h % LAYOUT_BUCKETS];
+}
+
+/* The counter's layout word, or LAYOUT_UNKNOWN without shared memory. */
+uint64
+LayoutWord(int32 counter_id)
+{
+	if (Shared == NULL)
+		return LAYOUT_UNKNOWN;
+	return pg_atomic_read_u64(LayoutBucket(counter_id));
+}
+
+/* Is nobody changing the layouts of that word's counters? */
+bool
+LayoutSettled(uint64 word)
+{
+	return word != LAYOUT_UNKNOWN && (word & LAYOUT_CHANGING_MASK) == 0;
+}
+
+/* Before inserting or deleting a counter's shard rows in this transaction. */
+void
+LayoutChanging(int32 counter_id)
+{
+	pg_atomic_uint64 *bucket;
+
+	if (Shared == NULL)
+		return;
+	bucket = LayoutBucket(counter_id);
+	for (int i = 0; i < NChanging; i++)
+		if (Changing[i] == bucket)
+			return;
+	/* room first: the end of the transaction must find every bucket */
+	if (NChanging == ChangingSize)
+	{
+		int			size = Max(16, ChangingSize * 2);
+
+		Changing = Changing
+			? repalloc(Changing, size * sizeof(pg_atomic_uint64 *))
+			: MemoryContextAlloc(TopMemoryContext, size * sizeof(pg_atomic_uint64 *));
+		ChangingSize = size;
+	}
+	Changing[NChanging++] = bucket;
+	pg_atomic_fetch_add_u64(bucket, LAYOUT_COUNT_ONE + 1);
+}
+
+/* At the end of the transaction (after its commit is visible), or at PREPARE. */
+void
+LayoutXactEnd(bool prepared)
+{
+	for (int i = 0; i < NChanging; i++)
+		pg_atomic_fetch_add_u64(Changing[i], prepared ? LAYOUT_COUNT_ONE : LAYOUT_COUNT_ONE - 1);
+	NChanging = 0;
 }

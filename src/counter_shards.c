@@ -144,13 +144,13 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
 }
 
 /*
- * The fast read of a pinned counter: each shard's row from the root of its
- * HOT chain, remembered from an index scan (a HOT update keeps the root).
- * It is trusted only if every shard 0..shards-1 has a row visible to the
- * snapshot there, and the counter's last layout change is visible to the
- * snapshot, so the snapshot cannot see rows of another layout; the primary
- * key then leaves no room for another visible row.  Otherwise the caller
- * scans the index.  An adaptive counter's rows come and go: never trusted.
+ * Read a counter's rows where they were last seen, without the index.  A
+ * pinned counter's rows are shards 0 .. shards-1 for as long as the config
+ * row loaded is visible to the snapshot (its last layout change), and the
+ * primary key leaves no room for another visible row.  An adaptive counter's remembered rows are
+ * all its rows while its layout word has not moved, for a snapshot taken
+ * after they were seen.  Each row must still be found on its HOT chain, as
+ * this snapshot sees it; false sends the caller to the index.
  */
 static bool
 ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
@@ -161,21 +161,36 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 	Buffer		buf = InvalidBuffer;
 	ShardRef   *found = NULL;
 	bool		ok = true;
-
-	if (place == NULL || place->roots == NULL || place->shards == 0 ||
-		IsolationIsSerializable() ||
+	int			n;
+	if (place == NULL || place->roots == NULL || IsolationIsSerializable() ||
 		!TransactionIdIsValid(place->config_xmin) ||
 		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
 		!TransactionIdDidCommit(place->config_xmin))
 		return false;
+	if (place->shards == 0)
+	{
+		/*
+		 * The word is read after the snapshot was taken, so a change it
+		 * sees has moved the word.  And the snapshot must see everything the
+		 * rows were seen with: every transaction below that snapshot's xmax
+		 * has ended before this one was taken.
+		 */
+		if (LayoutWord(place->counter_id) != place->layout ||
+			!TransactionIdFollowsOrEquals(snapshot->xmin, place->seen_xmax))
+			return false;
+		n = place->nroots;
+	}
+	else
+		n = place->shards;
 	if (refs)
-		found = palloc(place->shards * sizeof(ShardRef));
+		found = palloc(Max(n, 1) * sizeof(ShardRef));
 	*sum = 0;
 	/* remembered rows may lie past the end of a table VACUUM truncated */
 	nblocks = RelationGetNumberOfBlocks(rel);
-	for (int shard = 0; shard < place->shards && ok; shard++)
+	for (int i = 0; i < n && ok; i++)
 	{
-		ItemPointerData tid = place->roots[shard];
+		int32		shard = place->shards ? i : place->root_shards[i];
+		ItemPointerData tid = place->roots[i];
 		BlockNumber blk = ItemPointerGetBlockNumber(&tid);
 		HeapTupleData tup;
 		bool		all_dead;
@@ -205,9 +220,9 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 		*sum += DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
 		if (found)
 		{
-			found[shard].shard = shard;
-			found[shard].tid = tid;
-			found[shard].value = DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
+			found[i].shard = shard;
+			found[i].tid = tid;
+			found[i].value = DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
 		}
 	}
 	if (BufferIsValid(buf))
@@ -217,15 +232,26 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 	if (refs)
 	{
 		*refs = found;
-		*nrefs = place->shards;
+		*nrefs = n;
 	}
 	return true;
 }
 
+void
+ForgetRows(CounterPlace *place)
+{
+	if (place->roots)
+		pfree(place->roots);
+	if (place->root_shards)
+		pfree(place->root_shards);
+	place->roots = NULL;
+	place->root_shards = NULL;
+	place->nroots = 0;
+}
+
 /*
- * Remember the root of each shard's HOT chain, for a pinned counter, from
- * an index scan's refs.  The roots stay put while HOT updates move the row
- * along its chain.
+ * Remember the root of each row's HOT chain, from an index scan's refs.  The
+ * roots stay put while HOT updates move the row along its chain.
  */
 static void
 RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
@@ -234,20 +260,21 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 	Buffer		buf = InvalidBuffer;
 	bool		ok = true;
 
-	if (place->roots)
-		pfree(place->roots);
-	place->roots = NULL;
-	if (place->shards == 0 || n != place->shards)
+	ForgetRows(place);
+	if (place->shards != 0 && n != place->shards)
 		return;
-	place->roots = MemoryContextAllocZero(TopMemoryContext, n * sizeof(ItemPointerData));
+	place->roots = MemoryContextAllocZero(TopMemoryContext, Max(n, 1) * sizeof(ItemPointerData));
+	if (place->shards == 0)
+		place->root_shards = MemoryContextAllocZero(TopMemoryContext, Max(n, 1) * sizeof(int32));
 	roots = palloc(MaxHeapTuplesPerPage * sizeof(OffsetNumber));
 	for (int i = 0; i < n && ok; i++)
 	{
 		int32		shard = refs[i].shard;
+		int			slot = place->shards ? shard : i;
 		BlockNumber blk = ItemPointerGetBlockNumber(&refs[i].tid);
 		OffsetNumber root;
 
-		if (shard < 0 || shard >= n || ItemPointerIsValid(&place->roots[shard]))
+		if (place->shards && (shard < 0 || shard >= n || ItemPointerIsValid(&place->roots[slot])))
 		{
 			ok = false;
 			break;
@@ -262,16 +289,41 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 		}
 		root = roots[ItemPointerGetOffsetNumber(&refs[i].tid) - 1];
 		ok = OffsetNumberIsValid(root);
-		ItemPointerSet(&place->roots[shard], blk, root);
+		ItemPointerSet(&place->roots[slot], blk, root);
+		if (place->root_shards)
+			place->root_shards[i] = shard;
 	}
 	if (BufferIsValid(buf))
 		UnlockReleaseBuffer(buf);
 	pfree(roots);
 	if (!ok)
-	{
-		pfree(place->roots);
-		place->roots = NULL;
-	}
+		ForgetRows(place);
+	else
+		place->nroots = n;
+}
+
+/*
+ * An adaptive counter's rows, seen again with a snapshot taken after its
+ * layout word was read while nobody was changing it, so that they are all
+ * its rows for as long as the word stays.  Only with shared memory.
+ */
+static void
+RememberAdaptiveRows(Relation rel, CounterPlace *place)
+{
+	uint64		word = LayoutWord(place->counter_id);
+	Snapshot	snapshot;
+	ShardRef   *refs = NULL;
+	int			n = 0;
+
+	ForgetRows(place);
+	if (!LayoutSettled(word))
+		return;
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	(void) ScanShards(rel, place->counter_id, snapshot, &refs, &n);
+	RememberRows(rel, place, refs, n);
+	place->layout = word;
+	place->seen_xmax = snapshot->xmax;
+	UnregisterSnapshot(snapshot);
 }
 
 /*
@@ -298,8 +350,10 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 		if (place && !refs)
 			refs = &local, nrefs = &nlocal;
 		sum = ScanShards(rel, counter_id, GetActiveSnapshot(), refs, nrefs);
-		if (place && refs)
+		if (place && place->shards != 0 && refs)
 			RememberRows(rel, place, *refs, *nrefs);
+		else if (place && place->shards == 0 && !IsolationIsSerializable())
+			RememberAdaptiveRows(rel, place);
 	}
 	if (pushed)
 		PopActiveSnapshot();
@@ -543,6 +597,7 @@ InsertShardRow(Relation rel, int32 counter_id, int32 shard, int64 value, int opt
 	values[Anum_shard_shard - 1] = Int32GetDatum(shard);
 	values[Anum_shard_value - 1] = Int64GetDatum(value);
 	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	LayoutChanging(counter_id);
 	heap_insert(rel, tup, GetCurrentCommandId(true), options, NULL);
 	InsertIndexEntries(rel, tup, false, false);
 	heap_freetuple(tup);
@@ -743,10 +798,11 @@ typedef struct FoundRow
 
 /* Delete a row version exactly as it was read; false if it was held or changed. */
 static bool
-DeleteAsRead(Relation rel, ItemPointer tid)
+DeleteAsRead(Relation rel, int32 counter_id, ItemPointer tid)
 {
 	TM_FailureData tmfd;
 
+	LayoutChanging(counter_id);
 	return heap_delete(rel, tid, GetCurrentCommandId(true), InvalidSnapshot,
 					   false, &tmfd, false) == TM_Ok;
 }
@@ -872,7 +928,7 @@ MaintainCounterRows(int32 counter_id, bool fold, TransactionId idle_before)
 	{
 		if (!rows[i].fold && !gather)
 			continue;
-		if (!DeleteAsRead(rel, &rows[i].tid))
+		if (!DeleteAsRead(rel, counter_id, &rows[i].tid))
 			result = MAINTAIN_BUSY;
 	}
 	if (result != MAINTAIN_BUSY && gather)

@@ -174,8 +174,16 @@ typedef struct CounterPlace
 	int32		counter_id;
 	int32		shards;			/* pinned layout, or 0: adaptive */
 	TransactionId config_xmin;	/* the counter_config row version loaded */
-	ItemPointerData *roots;		/* by shard, in TopMemoryContext, or NULL */
+	ItemPointerData *roots;		/* in TopMemoryContext, or NULL: pinned, by
+								 * shard; adaptive, matching root_shards */
+	/* adaptive counters only, with shared memory (counter_buffer.c) */
+	int			nroots;
+	int32	   *root_shards;	/* in TopMemoryContext, or NULL */
+	uint64		layout;			/* LayoutWord() when the rows were seen */
+	TransactionId seen_xmax;	/* xmax of the snapshot they were seen with */
 } CounterPlace;
+
+extern void ForgetRows(CounterPlace *place);
 
 /* A counter's configuration row, as the engine needs it. */
 typedef struct CounterConfigRow
@@ -238,6 +246,11 @@ extern void BufferXactAbort(void);
 extern void BufferSubXact(bool aborted, SubTransactionId subid,
 						  SubTransactionId parent);
 extern int64 FlushBuffered(int32 counter_id, const char *name);
+#define LAYOUT_UNKNOWN	PG_UINT64_MAX
+extern uint64 LayoutWord(int32 counter_id);
+extern bool LayoutSettled(uint64 word);
+extern void LayoutChanging(int32 counter_id);
+extern void LayoutXactEnd(bool prepared);
 
 /* worker.c: the launcher and one worker per database */
 extern void WorkerRegister(void);
