@@ -74,6 +74,8 @@ McHandle(void)
 		return NULL;
 	/* behaviours are set once, here */
 	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+	/* consistent hashing (ketama, honouring weights): a list change moves few keys */
+	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED, 1);
 	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
 	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, MemcachedConnectTimeout);
 	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, MemcachedPollTimeout);
