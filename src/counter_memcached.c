@@ -40,6 +40,7 @@
 typedef struct Amount
 {
 	char		key[MC_KEY_LEN];	/* the counter's memcached key */
+	bool		made;			/* this backend saw the key made before */
 	Oid			install;		/* counter_config's OID: ids are reused by a
 								 * later installation */
 	int32		counter_id;
@@ -58,10 +59,40 @@ static Amount *Leftovers = NULL;
 
 static void EnsureExitCallback(void);
 
+/* Recently built pending keys: building one costs more than an increment. */
+#define KEY_CACHE_SIZE 64
+
+typedef struct KeyCacheEntry
+{
+	Oid			install;		/* InvalidOid: empty */
+	uint64		token;
+	int32		counter_id;
+	bool		created;		/* this backend saw the key made (or there) */
+	char		key[MC_KEY_LEN];
+} KeyCacheEntry;
+
+static KeyCacheEntry KeyCache[KEY_CACHE_SIZE];
+
 static char *
 PendingKeyName(int32 counter_id)
 {
-	return McKey("ctr:%d:pending", counter_id);
+	KeyCacheEntry *e = &KeyCache[(uint32) counter_id % KEY_CACHE_SIZE];
+	Oid			install = ConfigRelid("counter_config");
+	uint64		token = InstallationToken();
+
+	if (e->install != install || e->token != token || e->counter_id != counter_id)
+	{
+		char	   *key = McKey("ctr:%d:pending", counter_id);
+
+		e->install = InvalidOid;
+		strlcpy(e->key, key, MC_KEY_LEN);
+		pfree(key);
+		e->token = token;
+		e->counter_id = counter_id;
+		e->created = false;
+		e->install = install;
+	}
+	return e->key;
 }
 
 /* A node for counter_id, allocated before anything is sent. */
@@ -71,6 +102,7 @@ NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount)
 	Amount	   *a = MemoryContextAllocZero(TopMemoryContext, sizeof(Amount));
 
 	strlcpy(a->key, PendingKeyName(counter_id), MC_KEY_LEN);
+	a->made = KeyCache[(uint32) counter_id % KEY_CACHE_SIZE].created;
 	a->install = ConfigRelid("counter_config");
 	a->counter_id = counter_id;
 	a->shard = shard;
@@ -82,25 +114,40 @@ NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount)
 }
 
 /*
- * Add amount to a counter's memcached key, creating the key if it is
- * missing.  When two sessions create it at once, the one that finds it
- * already there adds to it.  Uses libmemcached only: safe after commit.
+ * After commit: mark a counter's key as made, if the cache still holds it
+ * (no catalog access here).
+ */
+static void
+NoteKeyMade(Amount *a)
+{
+	KeyCacheEntry *e = &KeyCache[(uint32) a->counter_id % KEY_CACHE_SIZE];
+
+	if (e->install == a->install && e->counter_id == a->counter_id &&
+		strcmp(e->key, a->key) == 0)
+		e->created = true;
+}
+
+/*
+ * Add an amount to a counter's memcached key, in a request that asks for no
+ * reply: a write, not a round trip.  The request creates a missing key too,
+ * but memcached does that with an add that loses to a concurrent one, and
+ * the loser's amount would vanish unseen: so the first time this backend
+ * delivers to a counter, it makes the key with an add that answers.  After
+ * memcached loses a key, increments racing to make it again may be lost
+ * with it.  Uses libmemcached only: safe after commit.
  */
 static McResult
-Deliver(const char *key, uint64 amount)
+Deliver(Amount *a)
 {
-	for (int attempt = 0; attempt < 3; attempt++)
+	if (!a->made)
 	{
-		uint64		unused;
-		McResult	r = McIncr(key, amount, &unused);
+		McResult	r = McAdd(a->key, 0, 0);
 
-		if (r != MC_MISSING)
+		if (r != MC_OK && r != MC_EXISTS)
 			return r;
-		r = McAdd(key, (int64) amount, 0);
-		if (r != MC_EXISTS)
-			return r;
+		NoteKeyMade(a);
 	}
-	return MC_UNKNOWN;
+	return McIncrQuiet(a->key, a->amount);
 }
 
 /*
@@ -110,7 +157,7 @@ Deliver(const char *key, uint64 amount)
 static void
 DeliverOrKeep(Amount *a, bool count_hit)
 {
-	McResult	r = Deliver(a->key, a->amount);
+	McResult	r = Deliver(a);
 
 	if (r == MC_DOWN)
 	{
@@ -440,7 +487,7 @@ int64
 FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 {
 	LOCKTAG		tag;
-	char	   *key = PendingKeyName(counter_id);
+	char	   *key = pstrdup(PendingKeyName(counter_id));
 	int64		amount;
 	uint64		left;
 	McResult	r;
@@ -497,7 +544,8 @@ MemcachedPending(int32 counter_id, int64 *amount)
 	*amount = 0;
 	if (!McEnabled())
 		return true;
-	r = McGet(PendingKeyName(counter_id), amount);
+	/* after this backend's own quiet increments, on their connection */
+	r = McGetAfterOwn(PendingKeyName(counter_id), amount);
 	if (r == MC_MISSING)
 		*amount = 0;
 	if (r == MC_OK || r == MC_MISSING)

@@ -26,6 +26,12 @@ int			MemcachedConnectTimeout = 200;
 int			MemcachedPollTimeout = 200;
 
 static memcached_st *Handle = NULL;
+/*
+ * A second connection, whose increments ask for no reply: an increment after
+ * commit then costs a write, not a round trip.  Reads of those amounts by
+ * this backend go through it too, so that they come after its increments.
+ */
+static memcached_st *Quiet = NULL;
 static bool HandleStale = true;
 static TimestampTz LastDown = 0;	/* when a request last found no server */
 
@@ -59,39 +65,61 @@ McRecentlyDown(void)
 }
 
 static memcached_st *
-McHandle(void)
+NewHandle(bool quiet)
 {
+	memcached_st *mc = memcached_create(NULL);
 	memcached_server_st *list;
 
-	if (!McEnabled())
-		return NULL;
-	if (Handle != NULL && !HandleStale)
-		return Handle;
-	if (Handle != NULL)
-		memcached_free(Handle);
-	Handle = memcached_create(NULL);
-	if (Handle == NULL)
+	if (mc == NULL)
 		return NULL;
 	/* behaviours are set once, here */
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
 	/* consistent hashing (ketama, honouring weights): a list change moves few keys */
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED, 1);
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, MemcachedConnectTimeout);
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, MemcachedPollTimeout);
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_SND_TIMEOUT, (uint64_t) MemcachedPollTimeout * 1000);
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, (uint64_t) MemcachedPollTimeout * 1000);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED, 1);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, MemcachedConnectTimeout);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, MemcachedPollTimeout);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_SND_TIMEOUT, (uint64_t) MemcachedPollTimeout * 1000);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, (uint64_t) MemcachedPollTimeout * 1000);
 	/* a server that failed is skipped for a second, not retried on every call */
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, 1);
-	memcached_behavior_set(Handle, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, 1);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, 1);
+	memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, 1);
+	if (quiet)
+		memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_NOREPLY, 1);
 	list = memcached_servers_parse(MemcachedServers);
 	if (list != NULL)
 	{
-		memcached_server_push(Handle, list);
+		memcached_server_push(mc, list);
 		memcached_server_list_free(list);
 	}
-	HandleStale = false;
-	return Handle;
+	return mc;
+}
+
+static memcached_st *
+HandleFor(bool quiet)
+{
+	if (!McEnabled())
+		return NULL;
+	if (HandleStale)
+	{
+		if (Handle != NULL)
+			memcached_free(Handle);
+		if (Quiet != NULL)
+			memcached_free(Quiet);
+		Handle = Quiet = NULL;
+		HandleStale = false;
+	}
+	if (quiet && Quiet == NULL)
+		Quiet = NewHandle(true);
+	if (!quiet && Handle == NULL)
+		Handle = NewHandle(false);
+	return quiet ? Quiet : Handle;
+}
+
+static memcached_st *
+McHandle(void)
+{
+	return HandleFor(false);
 }
 
 /*
@@ -100,7 +128,7 @@ McHandle(void)
  * did apply (libmemcached even reports some as NOTFOUND), so it is "unknown".
  */
 static McResult
-ClassifyReturn(memcached_return_t rc)
+ClassifyReturn(memcached_st *mc, memcached_return_t rc)
 {
 	switch (rc)
 	{
@@ -120,16 +148,16 @@ ClassifyReturn(memcached_return_t rc)
 		case MEMCACHED_CONNECTION_SOCKET_CREATE_FAILURE:
 			return MC_DOWN;
 		case MEMCACHED_CONNECTION_FAILURE:
-			return memcached_last_error_errno(Handle) == ECONNREFUSED ? MC_DOWN : MC_UNKNOWN;
+			return memcached_last_error_errno(mc) == ECONNREFUSED ? MC_DOWN : MC_UNKNOWN;
 		default:
 			return MC_UNKNOWN;
 	}
 }
 
 static McResult
-Classify(memcached_return_t rc)
+ClassifyOn(memcached_st *mc, memcached_return_t rc)
 {
-	McResult	r = ClassifyReturn(rc);
+	McResult	r = ClassifyReturn(mc, rc);
 
 	if (r == MC_DOWN)
 		LastDown = GetCurrentTimestamp();
@@ -175,7 +203,7 @@ Adjust(bool up, const char *key, uint64 delta, uint64 *newvalue)
 	else
 		rc = memcached_decrement(mc, key, strlen(key), (uint32_t) delta, &v);
 	*newvalue = v;
-	return Classify(rc);
+	return ClassifyOn(mc, rc);
 }
 
 McResult
@@ -191,10 +219,9 @@ McDecr(const char *key, uint64 delta, uint64 *newvalue)
 }
 
 /* Read a decimal value; anything unparsable counts as unknown. */
-McResult
-McGet(const char *key, int64 *value)
+static McResult
+GetOn(memcached_st *mc, const char *key, int64 *value)
 {
-	memcached_st *mc = McHandle();
 	size_t		len = 0;
 	uint32_t	flags = 0;
 	memcached_return_t rc;
@@ -206,7 +233,7 @@ McGet(const char *key, int64 *value)
 		return MC_DOWN;
 	raw = memcached_get(mc, key, strlen(key), &len, &flags, &rc);
 	if (raw == NULL)
-		return rc == MEMCACHED_SUCCESS ? MC_UNKNOWN : Classify(rc);
+		return rc == MEMCACHED_SUCCESS ? MC_UNKNOWN : ClassifyOn(mc, rc);
 	/* copy out and free before anything can ereport */
 	if (len >= sizeof(buf))
 		len = 0;
@@ -223,6 +250,36 @@ McGet(const char *key, int64 *value)
 	return MC_OK;
 }
 
+McResult
+McGet(const char *key, int64 *value)
+{
+	return GetOn(McHandle(), key, value);
+}
+
+/* McGet on the connection of this backend's quiet increments, after them. */
+McResult
+McGetAfterOwn(const char *key, int64 *value)
+{
+	return GetOn(HandleFor(true), key, value);
+}
+
+/*
+ * Add delta to a key, creating it at delta if missing, without waiting for
+ * a reply.  MC_OK means the request was written; a server that dies before
+ * reading it loses it.  MC_DOWN means nothing was sent.
+ */
+McResult
+McIncrQuiet(const char *key, uint64 delta)
+{
+	memcached_st *mc = HandleFor(true);
+	uint64_t	unused;
+
+	if (mc == NULL)
+		return MC_DOWN;
+	return ClassifyOn(mc, memcached_increment_with_initial(mc, key, strlen(key), delta, delta,
+														   0, &unused));
+}
+
 static McResult
 Store(bool add, const char *key, int64 value, time_t expiry)
 {
@@ -233,8 +290,8 @@ Store(bool add, const char *key, int64 value, time_t expiry)
 	if (mc == NULL)
 		return MC_DOWN;
 	len = snprintf(buf, sizeof(buf), INT64_FORMAT, value);
-	return Classify(add ? memcached_add(mc, key, strlen(key), buf, len, expiry, 0)
-					: memcached_set(mc, key, strlen(key), buf, len, expiry, 0));
+	return ClassifyOn(mc, add ? memcached_add(mc, key, strlen(key), buf, len, expiry, 0)
+					  : memcached_set(mc, key, strlen(key), buf, len, expiry, 0));
 }
 
 McResult

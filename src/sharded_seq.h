@@ -139,6 +139,8 @@ extern char *McKey(const char *fmt,...) pg_attribute_printf(1, 2);
 extern McResult McIncr(const char *key, uint64 delta, uint64 *newvalue);
 extern McResult McDecr(const char *key, uint64 delta, uint64 *newvalue);
 extern McResult McGet(const char *key, int64 *value);
+extern McResult McGetAfterOwn(const char *key, int64 *value);
+extern McResult McIncrQuiet(const char *key, uint64 delta);
 extern McResult McAdd(const char *key, int64 value, time_t expiry);
 extern McResult McSet(const char *key, int64 value, time_t expiry);
 extern bool McServersValid(const char *list, char **why);
