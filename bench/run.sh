@@ -35,7 +35,7 @@ INSERT INTO slots SELECT g, 0 FROM generate_series(1, 16) g;
 SELECT sharded_seq.create_counter('c', shards => 16);
 SELECT counter_incr('c');
 SELECT sharded_seq.create_sequence('s_mc', tier => 'memcached');
-SELECT sharded_seq.create_counter('c_mc', shards => 16, mode => 'memcached');
+SELECT sharded_seq.create_counter('c_mc', mode => 'memcached');
 SELECT sharded_seq.create_counter('c_buf', mode => 'buffered');
 SQL
 
