@@ -56,4 +56,18 @@ ShardedHeapUpdate(Relation rel, ItemPointer otid, HeapTuple newtup,
 	return result;
 }
 
+/* Ownership checks were renamed in 16. */
+#include "catalog/pg_database.h"
+#include "utils/acl.h"
+
+static inline bool
+DatabaseOwnedBy(Oid dbid, Oid role)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(DatabaseRelationId, dbid, role);
+#else
+	return pg_database_ownercheck(dbid, role);
+#endif
+}
+
 #endif							/* SHARDED_SEQ_COMPAT_H */

@@ -519,7 +519,7 @@ flush_counters(PG_FUNCTION_ARGS)
 		/* a flush moves amounts between tiers: only for those who may increment */
 		if (!HasPrivilege(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller, ACL_UPDATE))
 			continue;
-		moved = FlushBuffered(id, name);
+		moved = FlushBuffered(id, name, true);
 		if (McEnabled())
 			moved += Max(FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, true), 0);
 		if (moved > 0)

@@ -68,6 +68,7 @@ typedef struct BufferShared
 	LWLock	   *lock;			/* claims and frees */
 	int			nslots;
 	pg_atomic_uint64 refused;	/* commits that found the table full */
+	int			used;			/* slots in use; under the lock */
 	pg_atomic_uint64 layout[LAYOUT_BUCKETS];
 	BufferSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } BufferShared;
@@ -112,6 +113,7 @@ SlotsShmemInit(void)
 	{
 		Shared->lock = &(GetNamedLWLockTranche("sharded_seq buffered"))->lock;
 		Shared->nslots = BufferedSlots;
+		Shared->used = 0;
 		pg_atomic_init_u64(&Shared->refused, 0);
 		for (int i = 0; i < LAYOUT_BUCKETS; i++)
 			pg_atomic_init_u64(&Shared->layout[i], 0);
@@ -199,7 +201,8 @@ PinSlot(Oid install, int32 counter_id, bool claim)
 
 		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 		s = FindSlot(MyDatabaseId, install, counter_id);
-		if (s == NULL)
+		/* at most three quarters full: a lookup that misses stops soon */
+		if (s == NULL && Shared->used < Shared->nslots - Shared->nslots / 4)
 		{
 			int			n = Shared->nslots;
 			uint32		start = SlotHash(MyDatabaseId, install, counter_id) % (uint32) n;
@@ -222,6 +225,7 @@ PinSlot(Oid install, int32 counter_id, bool claim)
 				pg_atomic_write_u64(&s->pending, 0);
 				pg_write_barrier();
 				pg_atomic_write_u32(&s->state, SLOT_USED);
+				Shared->used++;
 			}
 		}
 		if (s != NULL)
@@ -251,6 +255,9 @@ BufferReserve(int32 counter_id, int64 amount)
 	ToAdd	   *a;
 
 	if (Shared == NULL || amount <= 0)
+		return false;
+	/* without a worker to flush it, an amount would wait here unseen */
+	if (!WorkerAcceptingHere())
 		return false;
 	/* allocate first: nothing may fail once the slot is pinned */
 	a = MemoryContextAlloc(TopMemoryContext, sizeof(ToAdd));
@@ -351,9 +358,85 @@ BufferCounters(Oid install, int32 **ids)
 }
 
 /*
+ * Free a slot, under the lock, unless a lookup pinned it meanwhile (that
+ * lookup then sees it used).  Its key stays readable for lookups racing by.
+ */
+static bool
+FreeSlot(BufferSlot *s, const char *why)
+{
+	uint64		left;
+
+	if (pg_atomic_read_u32(&s->pins) != 0)
+		return false;
+	(void) pg_atomic_exchange_u32(&s->state, SLOT_DEAD);
+	if (pg_atomic_read_u32(&s->pins) != 0)
+	{
+		pg_atomic_write_u32(&s->state, SLOT_USED);
+		return false;
+	}
+	Shared->used--;
+	left = pg_atomic_exchange_u64(&s->pending, 0);
+	if (left != 0)
+		ereport(LOG,
+				(errmsg("sharded_seq: " UINT64_FORMAT " committed increments of counter %d will not be counted: %s",
+						left, s->counter_id, why)));
+	return true;
+}
+
+/*
+ * Turn tombstones back into free slots where no key's probe passes them, so
+ * that lookups that miss stop early again.  A key at slot j, whose probe
+ * starts at h, passes h .. j-1: count those passes with a difference array.
+ */
+static void
+ClearTombstones(void)
+{
+	int			n = Shared->nslots;
+	int		   *delta = palloc0(sizeof(int) * (n + 1));
+	int			cover = 0;
+	bool		any_dead = false;
+
+	for (int j = 0; j < n; j++)
+	{
+		BufferSlot *s = &Shared->slots[j];
+		int			h;
+
+		if (pg_atomic_read_u32(&s->state) == SLOT_DEAD)
+			any_dead = true;
+		if (pg_atomic_read_u32(&s->state) != SLOT_USED)
+			continue;
+		h = (int) (SlotHash(s->dbid, s->install, s->counter_id) % (uint32) n);
+		if (h <= j)
+		{
+			delta[h]++;
+			delta[j]--;
+		}
+		else
+		{
+			/* wraps around the end */
+			delta[h]++;
+			delta[n]--;
+			delta[0]++;
+			delta[j]--;
+		}
+	}
+	for (int i = 0; i < n && any_dead; i++)
+	{
+		BufferSlot *s = &Shared->slots[i];
+
+		cover += delta[i];
+		if (cover == 0 && pg_atomic_read_u32(&s->state) == SLOT_DEAD &&
+			pg_atomic_read_u32(&s->pins) == 0)
+			pg_atomic_write_u32(&s->state, SLOT_FREE);
+	}
+	pfree(delta);
+}
+
+/*
  * Free this database's slots that the worker found empty for two rounds in a
- * row, and those of an installation that is gone (logging any amount they
- * held).  Only the database's worker calls this.
+ * row, and those of an installation that is gone (all of them, with
+ * install InvalidOid: the extension was dropped), logging any amount they
+ * held.  Only the database's worker calls this.
  */
 void
 BufferFreeIdle(Oid install)
@@ -364,44 +447,83 @@ BufferFreeIdle(Oid install)
 	for (int i = 0; i < Shared->nslots; i++)
 	{
 		BufferSlot *s = &Shared->slots[i];
-		bool		stale;
 
 		if (pg_atomic_read_u32(&s->state) != SLOT_USED || s->dbid != MyDatabaseId)
 			continue;
-		stale = s->install != install;
-		if (!stale && (pg_atomic_read_u64(&s->pending) != 0 || ++s->idle_rounds < 2))
+		if (s->install != install)
 		{
-			if (pg_atomic_read_u64(&s->pending) != 0)
-				s->idle_rounds = 0;
+			FreeSlot(s, "the extension was dropped");
 			continue;
 		}
-		if (pg_atomic_read_u32(&s->pins) != 0)
-			continue;
-		(void) pg_atomic_exchange_u32(&s->state, SLOT_DEAD);
-		if (pg_atomic_read_u32(&s->pins) != 0)
-		{
-			/* a lookup pinned it meanwhile and will see it used */
-			pg_atomic_write_u32(&s->state, SLOT_USED);
-			continue;
-		}
-		if (stale && pg_atomic_read_u64(&s->pending) != 0)
-			ereport(LOG,
-					(errmsg("sharded_seq: " UINT64_FORMAT " committed increments of counter %d will not be counted: the extension was dropped",
-							pg_atomic_read_u64(&s->pending), s->counter_id)));
+		if (pg_atomic_read_u64(&s->pending) != 0)
+			s->idle_rounds = 0;
+		else if (++s->idle_rounds >= 2)
+			FreeSlot(s, "");
 	}
+	ClearTombstones();
+	LWLockRelease(Shared->lock);
+}
 
-	/* a dead slot just before a free one ends probes as well as it does */
-	for (int i = Shared->nslots - 1; i >= 0; i--)
+/* The launcher: free the slots of databases that no longer exist. */
+void
+BufferFreeGoneDatabases(const Oid *existing, int n)
+{
+	if (Shared == NULL)
+		return;
+	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < Shared->nslots; i++)
 	{
 		BufferSlot *s = &Shared->slots[i];
-		BufferSlot *next = &Shared->slots[(i + 1) % Shared->nslots];
+		bool		found = false;
 
-		if (pg_atomic_read_u32(&s->state) == SLOT_DEAD &&
-			pg_atomic_read_u32(&next->state) == SLOT_FREE &&
-			pg_atomic_read_u32(&s->pins) == 0)
-			pg_atomic_write_u32(&s->state, SLOT_FREE);
+		if (pg_atomic_read_u32(&s->state) != SLOT_USED)
+			continue;
+		for (int j = 0; j < n && !found; j++)
+			found = existing[j] == s->dbid;
+		if (!found)
+			FreeSlot(s, "the database was dropped");
 	}
+	ClearTombstones();
 	LWLockRelease(Shared->lock);
+}
+
+/* Does a commit in this database hold a slot it is about to add to? */
+bool
+BufferPinnedHere(void)
+{
+	if (Shared == NULL)
+		return false;
+	for (int i = 0; i < Shared->nslots; i++)
+	{
+		BufferSlot *s = &Shared->slots[i];
+
+		if (pg_atomic_read_u32(&s->state) == SLOT_USED && s->dbid == MyDatabaseId &&
+			pg_atomic_read_u32(&s->pins) != 0)
+			return true;
+	}
+	return false;
+}
+
+/* After the worker's last flush: log what could not be moved (rows held). */
+void
+BufferReportLeft(void)
+{
+	if (Shared == NULL)
+		return;
+	for (int i = 0; i < Shared->nslots; i++)
+	{
+		BufferSlot *s = &Shared->slots[i];
+		uint64		left;
+
+		if (pg_atomic_read_u32(&s->state) != SLOT_USED || s->dbid != MyDatabaseId)
+			continue;
+		left = pg_atomic_read_u64(&s->pending);
+		if (left != 0)
+			ereport(LOG,
+					(errmsg("sharded_seq: " UINT64_FORMAT " committed increments of counter %d are still in shared memory as its worker stops",
+							left, s->counter_id),
+					 errdetail("Another transaction held every row of the counter (a prepared transaction?); they are lost if the server stops now.")));
+	}
 }
 
 /* Slots in use, in all, and commits refused for want of one. */
@@ -499,17 +621,43 @@ BufferSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
 
 /*
  * Move a counter's shared-memory amount into its rows, in this transaction;
- * given back if it rolls back.  Returns the amount moved.
+ * given back if it rolls back.  Without wait, a counter whose rows are all
+ * held gets its amount back at once and -1 is returned.  Returns the amount
+ * moved.
  */
 int64
-FlushBuffered(int32 counter_id, const char *name)
+FlushBuffered(int32 counter_id, const char *name, bool wait)
 {
 	int64		amount = BufferTake(ConfigRelid("counter_config"), counter_id);
+	int32		shard = (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS);
+	bool		gone = false;
 
 	if (amount == 0)
 		return 0;
-	if (!CounterApply(counter_id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS),
-					  amount, name, NULL, 0))
+	if (wait)
+		gone = !CounterApply(counter_id, shard, amount, name, NULL, 0);
+	else
+	{
+		switch (CounterTryApply(counter_id, shard, amount))
+		{
+			case APPLY_DONE:
+				gone = false;
+				break;
+			case APPLY_GONE:
+				gone = true;
+				break;
+			case APPLY_FULL:
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("counter \"%s\" would overflow bigint", name),
+						 errhint("Its amount stays in shared memory.  Bring its total down with a negative increment.")));
+				break;
+			case APPLY_BUSY:
+				/* the caller rolls back its subtransaction, which gives it back */
+				return -1;
+		}
+	}
+	if (gone)
 	{
 		/* the counter is gone: what it held belongs to nothing now */
 		ereport(LOG,

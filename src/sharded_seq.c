@@ -172,13 +172,18 @@ _PG_init(void)
 							"Unflushed amounts are what a crash (mode 'buffered') or a memcached loss (mode 'memcached') can take.",
 							&CounterFlushInterval, 10, 1, MAX_FLUSH_INTERVAL_S,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
-	/* sizes shared memory: exists only when preloaded, as in pg_stat_statements */
-	if (process_shared_preload_libraries_in_progress)
-		DefineCustomIntVariable("sharded_seq.buffered_slots",
-								"Counters that can hold increments in shared memory at once (mode 'buffered').",
-								"When every slot is taken, a commit adds to the counter's rows instead, as in mode 'exact'.",
-								&BufferedSlots, 4096, 16, 1048576,
-								PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	/*
+	 * It sizes shared memory, so it is fixed at server start; a library
+	 * loaded later may not define such a setting.  It then stands in at
+	 * reload level, so that a postgresql.conf that still sets it after the
+	 * library left shared_preload_libraries draws no warning.
+	 */
+	DefineCustomIntVariable("sharded_seq.buffered_slots",
+							"Counters that can hold increments in shared memory at once (mode 'buffered').",
+							"When three quarters of the slots are taken, a commit adds to the counter's rows instead, as in mode 'exact'.  Takes effect only with sharded_seq in shared_preload_libraries.",
+							&BufferedSlots, 4096, 16, 1048576,
+							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
+							0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("sharded_seq");
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = AddRangeHint;

@@ -247,7 +247,10 @@ extern void BufferXactCommit(void);
 extern void BufferXactAbort(void);
 extern void BufferSubXact(bool aborted, SubTransactionId subid,
 						  SubTransactionId parent);
-extern int64 FlushBuffered(int32 counter_id, const char *name);
+extern int64 FlushBuffered(int32 counter_id, const char *name, bool wait);
+extern void BufferFreeGoneDatabases(const Oid *existing, int n);
+extern bool BufferPinnedHere(void);
+extern void BufferReportLeft(void);
 #define LAYOUT_UNKNOWN	PG_UINT64_MAX
 extern uint64 LayoutWord(int32 counter_id);
 extern bool LayoutSettled(uint64 word);
@@ -261,6 +264,7 @@ extern void WorkerShmemInit(void);
 extern void WorkerUtilityInit(void);
 extern void WorkerNoteDatabase(void);
 extern bool WorkerRunningHere(void);
+extern bool WorkerAcceptingHere(void);
 
 /* counter_memcached.c: write-behind through memcached (mode 'memcached') */
 extern void BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,

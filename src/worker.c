@@ -55,13 +55,15 @@
 #define ERROR_LEN			256
 #define RESTART_DELAY_MS	1000
 #define PAUSE_MS			60000	/* longest a database command keeps it away */
-#define SHUTDOWN_WAIT_MS	3000	/* for the database's backends to finish */
+#define SHUTDOWN_WAIT_MS	2000	/* for commits that reserved a slot */
 
 typedef struct WorkerDb
 {
 	Oid			dbid;			/* InvalidOid: a free entry */
 	bool		wanted;			/* has, or may have, the extension */
+	uint32		notes;			/* times a backend said it has the extension */
 	pid_t		pid;			/* its worker, or 0 */
+	bool		accepting;		/* its worker flushes what commits put in slots */
 	TimestampTz started_at;
 	TimestampTz paused_until;	/* a database command needs it gone */
 	TimestampTz last_flush_at;
@@ -78,7 +80,6 @@ typedef struct WorkerShared
 	LWLock	   *lock;
 	pid_t		launcher_pid;
 	TimestampTz launcher_started;
-	volatile sig_atomic_t stopping;	/* the launcher got SIGTERM: a shutdown */
 	Latch	   *launcher_latch;
 	WorkerDb	dbs[MAX_WORKER_DBS];
 } WorkerShared;
@@ -138,27 +139,51 @@ WakeLauncher(void)
 		SetLatch(Shared->launcher_latch);
 }
 
-/* This database has the extension: make sure it gets a worker. */
+/*
+ * This database has the extension (committed, as far as the caller knows):
+ * make sure it gets a worker.  Each call counts, so that a worker that found
+ * no extension a moment before does not give the database up.
+ */
 void
 WorkerNoteDatabase(void)
 {
-	static Oid	noted = InvalidOid;
 	WorkerDb   *db;
 	bool		wake = false;
 
-	if (Shared == NULL || !OidIsValid(MyDatabaseId) || noted == MyDatabaseId)
+	if (Shared == NULL || !OidIsValid(MyDatabaseId))
 		return;
-	noted = MyDatabaseId;
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 	db = DbEntry(MyDatabaseId, true);
-	if (db != NULL && !db->wanted)
+	if (db != NULL)
 	{
+		db->notes++;
+		wake = !db->wanted || db->pid == 0;
 		db->wanted = true;
-		wake = true;
 	}
 	LWLockRelease(Shared->lock);
 	if (wake)
 		WakeLauncher();
+}
+
+/*
+ * Does this database's worker flush what commits put in shared memory?  Read
+ * without the lock on every buffered commit: a stale answer is harmless,
+ * since a worker that stops accepting waits for pinned slots before its last
+ * flush.
+ */
+bool
+WorkerAcceptingHere(void)
+{
+	if (Shared == NULL || !OidIsValid(MyDatabaseId))
+		return false;
+	for (int i = 0; i < MAX_WORKER_DBS; i++)
+	{
+		volatile WorkerDb *db = &Shared->dbs[i];
+
+		if (db->dbid == MyDatabaseId)
+			return db->pid != 0 && db->accepting;
+	}
+	return false;
 }
 
 /* Is this database's worker running (and so flushing every interval)? */
@@ -178,18 +203,6 @@ WorkerRunningHere(void)
 }
 
 /* ---- the launcher ---- */
-
-/* The postmaster stops the launcher and the workers together at shutdown. */
-static void
-HandleLauncherSigterm(SIGNAL_ARGS)
-{
-	int			save_errno = errno;
-
-	Shared->stopping = true;
-	got_sigterm = true;
-	SetLatch(MyLatch);
-	errno = save_errno;
-}
 
 static void
 HandleSigterm(SIGNAL_ARGS)
@@ -214,6 +227,9 @@ ScanDatabases(bool first)
 	HeapTuple	tup;
 	Oid			usable[MAX_WORKER_DBS * 4];
 	int			nusable = 0;
+	Oid		   *all = palloc(sizeof(Oid) * 1024);
+	int			nall = 0;
+	int			room = 1024;
 
 	StartTransactionCommand();
 	(void) GetTransactionSnapshot();
@@ -225,9 +241,17 @@ ScanDatabases(bool first)
 
 		if (d->datallowconn && !d->datistemplate && nusable < lengthof(usable))
 			usable[nusable++] = d->oid;
+		if (nall == room)
+		{
+			room *= 2;
+			all = repalloc(all, sizeof(Oid) * room);
+		}
+		all[nall++] = d->oid;
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
+	/* slots of a database dropped meanwhile belong to nothing */
+	BufferFreeGoneDatabases(all, nall);
 	CommitTransactionCommand();
 
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
@@ -248,7 +272,8 @@ ScanDatabases(bool first)
 			continue;
 		for (int j = 0; j < nusable && !found; j++)
 			found = usable[j] == db->dbid;
-		if (!found)
+		/* gone, unusable, or found without the extension: the entry is free */
+		if (!found || !db->wanted)
 			db->dbid = InvalidOid;
 	}
 	LWLockRelease(Shared->lock);
@@ -283,11 +308,10 @@ sharded_seq_launcher_main(Datum arg)
 	TimestampTz retry_at[MAX_WORKER_DBS] = {0};
 	bool		warned_full = false;
 
-	pqsignal(SIGTERM, HandleLauncherSigterm);
+	pqsignal(SIGTERM, HandleSigterm);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	Shared->stopping = false;
 	pgstat_report_appname("sharded_seq launcher");
 
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
@@ -386,6 +410,55 @@ CompareIds(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+static void RememberError(const char *message);
+
+/*
+ * Flush one counter in a subtransaction of its own, never waiting: a row held
+ * by another transaction (even a prepared one) or an error keeps that
+ * counter's amount where it was, for a later round, and holds up no other
+ * counter.  Returns the amount moved.
+ */
+static int64
+FlushOne(bool memcached, int32 id, const char *name)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile int64 moved = 0;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		moved = memcached ? FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, false)
+			: FlushBuffered(id, name, false);
+		/* busy: the rollback gives the amount back */
+		if (moved < 0)
+			RollbackAndReleaseCurrentSubTransaction();
+		else
+			ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(LOG,
+				(errmsg("sharded_seq: could not flush counter \"%s\": %s", name, edata->message)));
+		RememberError(edata->message);
+		FreeErrorData(edata);
+		moved = 0;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return Max(moved, 0);
+}
+
 /* Flush every shared-memory slot of this database, in counter id order. */
 static void
 FlushAllBuffered(Oid install, FlushTotals *totals)
@@ -400,7 +473,7 @@ FlushAllBuffered(Oid install, FlushTotals *totals)
 		int64		moved;
 
 		snprintf(name, sizeof(name), "#%d", ids[i]);
-		moved = FlushBuffered(ids[i], name);
+		moved = FlushOne(false, ids[i], name);
 		if (moved > 0)
 		{
 			totals->amount += moved;
@@ -475,8 +548,7 @@ FlushAllMemcached(McCounter *list, int n, FlushTotals *totals)
 			StartTransactionCommand();
 			PushActiveSnapshot(GetTransactionSnapshot());
 		}
-		moved = FlushCounter(list[i].id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS),
-							 list[i].name, false);
+		moved = FlushOne(true, list[i].id, list[i].name);
 		if (moved > 0)
 		{
 			totals->amount += moved;
@@ -490,6 +562,15 @@ FlushAllMemcached(McCounter *list, int n, FlushTotals *totals)
 	}
 }
 
+static void
+RememberError(const char *message)
+{
+	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	MyDb->last_error_at = GetCurrentTimestamp();
+	strlcpy(MyDb->last_error, message ? message : "unknown error", ERROR_LEN);
+	LWLockRelease(Shared->lock);
+}
+
 /* In PG_CATCH: log the error, undo the transaction, and show the error in the view. */
 static void
 RecordError(void)
@@ -501,10 +582,7 @@ RecordError(void)
 	EmitErrorReport();
 	AbortCurrentTransaction();
 	FlushErrorState();
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-	MyDb->last_error_at = GetCurrentTimestamp();
-	strlcpy(MyDb->last_error, edata->message ? edata->message : "unknown error", ERROR_LEN);
-	LWLockRelease(Shared->lock);
+	RememberError(edata->message);
 	FreeErrorData(edata);
 }
 
@@ -518,6 +596,7 @@ Round(bool flush_only)
 {
 	FlushTotals totals = {0, 0};
 	volatile bool installed = true;
+	uint32		notes;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 	static MemoryContext round_cxt = NULL;
 
@@ -525,6 +604,9 @@ Round(bool flush_only)
 		round_cxt = AllocSetContextCreate(TopMemoryContext, "sharded_seq worker round",
 										  ALLOCSET_DEFAULT_SIZES);
 	MemoryContextReset(round_cxt);
+	LWLockAcquire(Shared->lock, LW_SHARED);
+	notes = MyDb->notes;
+	LWLockRelease(Shared->lock);
 
 	PG_TRY();
 	{
@@ -537,6 +619,9 @@ Round(bool flush_only)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		installed = OidIsValid(get_extension_oid("sharded_seq", true));
 		install = installed ? CurrentInstallation() : InvalidOid;
+		/* gone: its slots belong to nothing now */
+		if (!installed)
+			BufferFreeIdle(InvalidOid);
 		if (OidIsValid(install))
 		{
 			pgstat_report_activity(STATE_RUNNING, "sharded_seq: flush");
@@ -591,37 +676,34 @@ Round(bool flush_only)
 	}
 	PG_END_TRY();
 	pgstat_report_activity(STATE_IDLE, NULL);
+	if (!installed)
+	{
+		/* unless a backend said otherwise meanwhile (a CREATE EXTENSION) */
+		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+		if (MyDb->notes != notes)
+			installed = true;
+		else
+			MyDb->wanted = false;
+		LWLockRelease(Shared->lock);
+	}
 	return installed;
 }
 
 /*
- * On SIGTERM, flush once more.  In a server shutdown (the launcher is told
- * too), first keep flushing until the database's other backends are gone,
- * so that a clean shutdown loses nothing committed.  Otherwise (a pause for
- * a database command, pg_terminate_backend) one flush: the slots outlive
- * this worker, and the next one flushes them.
+ * On SIGTERM: stop taking amounts (commits then write the rows), wait for
+ * the commits that already reserved a slot, and flush once more.  A clean
+ * shutdown so loses nothing committed, and no commit waits for this.
  */
 static void
 FinalFlush(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz deadline = TimestampTzPlusMilliseconds(now, SHUTDOWN_WAIT_MS);
-	bool		paused;
-	bool		shutdown = false;
-
-	LWLockAcquire(Shared->lock, LW_SHARED);
-	paused = MyDb->paused_until > now;
+	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	MyDb->accepting = false;
 	LWLockRelease(Shared->lock);
-	/* the postmaster signals its children one after another */
-	for (int i = 0; i < 20 && !paused && !(shutdown = Shared->stopping); i++)
+	for (int i = 0; i < SHUTDOWN_WAIT_MS / 10 && BufferPinnedHere(); i++)
 		pg_usleep(10000L);
-	while (shutdown && CountDBBackends(MyDatabaseId) > 1 &&
-		   GetCurrentTimestamp() < deadline)
-	{
-		(void) Round(true);
-		pg_usleep(20000L);
-	}
 	(void) Round(true);
+	BufferReportLeft();
 }
 
 void
@@ -647,10 +729,15 @@ sharded_seq_worker_main(Datum arg)
 
 	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
 	pgstat_report_appname("sharded_seq worker");
+	/* a flush is durable here; waiting for a standby could hold up shutdown */
+	SetConfigOption("synchronous_commit", "local", PGC_SUSET, PGC_S_OVERRIDE);
 	/* a flush waits for a row lock at most this long, then tries next round */
 	SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE);
 	/* it runs as a superuser: nothing of a database owner's may be resolved */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	MyDb->accepting = true;
+	LWLockRelease(Shared->lock);
 
 	while (!got_sigterm)
 	{
@@ -703,6 +790,9 @@ PauseWorker(Oid dbid)
 	pid_t		pid = 0;
 
 	if (Shared == NULL || !OidIsValid(dbid))
+		return false;
+	/* only for those the command itself will allow: the database's owner */
+	if (!DatabaseOwnedBy(dbid, GetUserId()))
 		return false;
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 	db = DbEntry(dbid, false);

@@ -15,8 +15,10 @@
 #   6. the worker's life: CREATE/DROP EXTENSION, CREATE DATABASE from its
 #      database, DROP DATABASE, a round that fails (its error shown in the
 #      workers view, then the amount flushed), pg_terminate_backend;
-#   7. the library taken out of shared_preload_libraries: no error, nothing
-#      lost.
+#   7. no worker process free for the database: commits go to the rows, and
+#      a clean restart loses nothing;
+#   8. the library taken out of shared_preload_libraries: no error, nothing
+#      lost, and no warning for its setting left in postgresql.conf.
 # Each committed increment also writes its delta to a ledger in the same
 # transaction.
 set -euo pipefail
@@ -212,10 +214,53 @@ DB=w2 q "SELECT sharded_seq.create_counter('x', mode => 'buffered'); SELECT coun
 worker_running w2 || fail "no worker after CREATE EXTENSION again"
 wait_for 10 "SELECT 1 = 1" >/dev/null
 DB=w2 wait_for 10 "SELECT sum(value) = 5 FROM sharded_seq.counter_shards" || fail "w2's counter was not flushed"
+# a role that may not drop the database must not stop its worker either
+w2pid="$(q "SELECT pid FROM sharded_seq.workers WHERE database = 'w2'")"
+q "CREATE ROLE nobody_much LOGIN" >/dev/null
+psql -qXAt -U nobody_much -d stress -c "DROP DATABASE w2" >/dev/null 2>&1 && fail "a role without rights dropped w2"
+sleep 0.5
+[ "$(q "SELECT pid FROM sharded_seq.workers WHERE database = 'w2'")" = "$w2pid" ] ||
+    fail "a failed DROP DATABASE by a role without rights stopped w2's worker"
+# DROP and CREATE EXTENSION in one session, then in one transaction block
+DB=w2 psql -qXAt -v ON_ERROR_STOP=1 -d w2 >/dev/null <<'SQL'
+DROP EXTENSION sharded_seq;
+SELECT pg_sleep(2);
+CREATE EXTENSION sharded_seq;
+SELECT sharded_seq.create_counter('y', mode => 'buffered');
+SQL
+worker_running w2 || fail "no worker after DROP and CREATE EXTENSION in one session"
+DB=w2 psql -qXAt -v ON_ERROR_STOP=1 -d w2 >/dev/null <<'SQL'
+DROP EXTENSION sharded_seq;
+SELECT pg_sleep(2);
+BEGIN;
+CREATE EXTENSION sharded_seq;
+SELECT pg_sleep(1.5);
+SELECT sharded_seq.create_counter('y', mode => 'buffered');
+COMMIT;
+SQL
+worker_running w2 || fail "no worker after CREATE EXTENSION in a transaction block"
+DB=w2 q "SELECT counter_incr('y', 9)" >/dev/null
+DB=w2 wait_for 10 "SELECT sum(value) = 9 FROM sharded_seq.counter_shards" || fail "w2's counter y was not flushed"
+# a dropped database's slots are freed
+DB=w2 q "SELECT counter_incr('y', 1)" >/dev/null
+used_before="$(q "SELECT used FROM sharded_seq.buffered_slots()")"
 start=$(date +%s%N)
 q "DROP DATABASE w2" >/dev/null || fail "DROP DATABASE failed with a worker in it"
 echo "RESULT DROP DATABASE w2 took $(( ($(date +%s%N) - start) / 1000000 )) ms"
 q "DROP DATABASE w3" >/dev/null
+wait_for 10 "SELECT used < $used_before FROM sharded_seq.buffered_slots()" || fail "the dropped database's slots stay in use"
+echo "RESULT slots in use: $used_before before DROP DATABASE w2, $(q "SELECT used FROM sharded_seq.buffered_slots()") after"
+
+# a prepared transaction holding one counter's row holds up no other counter
+q "SELECT sharded_seq.create_counter('held', shards => 1, mode => 'buffered')" >/dev/null
+psql -qXAt -v ON_ERROR_STOP=1 -d stress -c "BEGIN" -c "SELECT counter_incr('held', -1)" -c "PREPARE TRANSACTION 'holds_a_row'" >/dev/null
+q "SELECT counter_incr('held', 5), counter_incr('buf', 13)" >/dev/null
+wait_for 10 "SELECT pending = 0 FROM sharded_seq.counters WHERE name = 'buf'" ||
+    fail "a prepared transaction holding another counter's row held up the flush"
+[ "$(q "SELECT pending FROM sharded_seq.counters WHERE name = 'held'")" = 5 ] || fail "held's amount is not waiting in shared memory"
+q "COMMIT PREPARED 'holds_a_row'" >/dev/null
+wait_for 10 "SELECT pending = 0 AND total = 4 FROM sharded_seq.counters WHERE name = 'held'" || fail "held was not flushed once its row was free"
+echo "RESULT a prepared transaction held one counter's row: the others were flushed, and it was once the row was free"
 
 # a round that fails: its error shows, and a later round flushes
 q "SELECT counter_incr('buf', 11)" >/dev/null
@@ -240,14 +285,34 @@ kill -0 "$wpid" 2>/dev/null && fail "the worker did not stop on SIGTERM"
 wait_for 10 "SELECT coalesce(bool_or(running AND pid <> $wpid), false) FROM sharded_seq.workers WHERE database = 'stress'" ||
     fail "the launcher did not start the worker again"
 
-echo "== 7. the library taken out of shared_preload_libraries"
+echo "== 7. no worker in the database: commits go to the rows"
+# the logical replication launcher and ours take both worker processes
+q "ALTER SYSTEM SET max_worker_processes = 2" >/dev/null
+restart
+sleep 2
+[ "$(q "SELECT count(*) FROM sharded_seq.workers WHERE running AND kind = 'worker'")" = 0 ] || fail "a worker runs without a free process"
+q "TRUNCATE ledger" >/dev/null
+q "UPDATE sharded_seq.counter_shards SET value = 0" >/dev/null
+run_sessions stress p6 4 script 300
+wait_sessions
+[ "$(q "SELECT coalesce(sum(pending), 0) FROM sharded_seq.counters")" = 0 ] || fail "amounts wait in shared memory with no worker to flush them"
+restart
+check = "with no worker, after pg_ctl restart -m fast"
+q "ALTER SYSTEM RESET max_worker_processes" >/dev/null
+restart
+
+echo "== 8. the library taken out of shared_preload_libraries"
 q "TRUNCATE ledger" >/dev/null
 q "SELECT sharded_seq.flush_counters()" >/dev/null
 q "UPDATE sharded_seq.counter_shards SET value = 0" >/dev/null
 run_sessions stress p7 4 script 300
 wait_sessions
 sed -i "s/^shared_preload_libraries = 'sharded_seq'/shared_preload_libraries = ''/" "$PGDATA/postgresql.conf"
+# a setting of the preloaded library left behind draws no warning
+echo "sharded_seq.buffered_slots = 1024" >>"$PGDATA/postgresql.conf"
 restart
+psql -qXAt -d stress -c "SELECT counter_value('buf')" 2>"$WORK/warn.txt" >/dev/null
+grep -q WARNING "$WORK/warn.txt" && { cat "$WORK/warn.txt"; fail "a session warns about sharded_seq.buffered_slots"; }
 [ "$(q "SHOW shared_preload_libraries")" = "" ] || fail "still preloaded"
 run_sessions stress p7b 4 script 300
 wait_sessions
