@@ -198,6 +198,12 @@ PinSlot(Oid install, int32 counter_id, bool claim)
 		}
 		if (!claim)
 			return NULL;
+		/* full: refuse without the lock, which every such commit would take */
+		if (Shared->used >= Shared->nslots - Shared->nslots / 4)
+		{
+			pg_atomic_fetch_add_u64(&Shared->refused, 1);
+			return NULL;
+		}
 
 		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 		s = FindSlot(MyDatabaseId, install, counter_id);
@@ -211,9 +217,12 @@ PinSlot(Oid install, int32 counter_id, bool claim)
 			{
 				BufferSlot *c = &Shared->slots[(start + i) % n];
 
-				/* a stray pin from a lookup that lost a race: not this one */
-				if (pg_atomic_read_u32(&c->state) != SLOT_USED &&
-					pg_atomic_read_u32(&c->pins) == 0)
+				/*
+				 * The first slot not in use, whatever stray pin it carries: a
+				 * lookup stops at the first free one, so the key must not go
+				 * past it.  A stray pinner re-checks the key and lets go.
+				 */
+				if (pg_atomic_read_u32(&c->state) != SLOT_USED)
 					s = c;
 			}
 			if (s != NULL)

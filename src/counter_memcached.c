@@ -205,10 +205,11 @@ BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 	AfterCommits = a;
 
 	/*
-	 * Without a worker here, each backend asks once per interval, and
-	 * memcached's add picks one asker to flush.
+	 * Unless this database's worker flushes the memcached this session uses,
+	 * each backend asks once per interval, and memcached's add picks one
+	 * asker to flush.
 	 */
-	if (*claim_interval != interval && !WorkerRunningHere())
+	if (*claim_interval != interval && !WorkerFlushesMyMemcached())
 	{
 		*claim_interval = interval;
 		if (McAdd(McKey("ctr:%d:flush:" INT64_FORMAT, counter_id, interval), 1,

@@ -263,7 +263,7 @@ extern Size WorkerShmemSize(void);
 extern void WorkerShmemInit(void);
 extern void WorkerUtilityInit(void);
 extern void WorkerNoteDatabase(void);
-extern bool WorkerRunningHere(void);
+extern bool WorkerFlushesMyMemcached(void);
 extern bool WorkerAcceptingHere(void);
 
 /* counter_memcached.c: write-behind through memcached (mode 'memcached') */

@@ -24,6 +24,7 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "common/hashfn.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
@@ -64,6 +65,7 @@ typedef struct WorkerDb
 	uint32		notes;			/* times a backend said it has the extension */
 	pid_t		pid;			/* its worker, or 0 */
 	bool		accepting;		/* its worker flushes what commits put in slots */
+	uint32		mc_servers;		/* hash of the memcached servers it flushes, or 0 */
 	TimestampTz started_at;
 	TimestampTz paused_until;	/* a database command needs it gone */
 	TimestampTz last_flush_at;
@@ -186,20 +188,31 @@ WorkerAcceptingHere(void)
 	return false;
 }
 
-/* Is this database's worker running (and so flushing every interval)? */
+static uint32
+ServersHash(void)
+{
+	return McEnabled() ? hash_bytes((const unsigned char *) MemcachedServers,
+									strlen(MemcachedServers)) | 1 : 0;
+}
+
+/*
+ * Does this database's worker flush the memcached this session uses (its
+ * servers may be set per role or database, which the worker need not see)?
+ */
 bool
-WorkerRunningHere(void)
+WorkerFlushesMyMemcached(void)
 {
 	WorkerDb   *db;
-	bool		running;
+	bool		flushes;
+	uint32		mine = ServersHash();
 
-	if (Shared == NULL)
+	if (Shared == NULL || mine == 0)
 		return false;
 	LWLockAcquire(Shared->lock, LW_SHARED);
 	db = DbEntry(MyDatabaseId, false);
-	running = db != NULL && db->pid != 0;
+	flushes = db != NULL && db->pid != 0 && db->mc_servers == mine;
 	LWLockRelease(Shared->lock);
-	return running;
+	return flushes;
 }
 
 /* ---- the launcher ---- */
@@ -635,6 +648,7 @@ Round(bool flush_only)
 			BufferFreeIdle(install);
 		FlushAllMemcached(mc, nmc, &totals);
 		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+		MyDb->mc_servers = ServersHash();
 		MyDb->last_flush_at = GetCurrentTimestamp();
 		MyDb->last_flush_amount = totals.amount;
 		MyDb->last_flush_counters = totals.counters;
