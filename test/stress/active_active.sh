@@ -6,10 +6,12 @@
 # sharded_nextval('orders_id'), each subscribed to the other.  The sequence is
 # created on each node, the counters once, on node 1.  Sessions on both nodes
 # at once insert orders and call counter_incr in the same transactions, some
-# rolled back, while maintain() folds and gathers counter rows.  Then: the
-# same committed rows on both nodes, every id in its node's range, no apply
-# error in either log or in pg_stat_subscription_stats, and every counter
-# equal to the committed rows on both nodes.
+# rolled back, with maintain() running on both, then folding each node's
+# grown rows back.  Then: the same committed rows on both nodes, every id in
+# its node's range, no apply error in either log or in
+# pg_stat_subscription_stats, and every counter equal to the committed rows
+# on both nodes.  A revoke made on node 1 must reach a session on node 2 that
+# cached the counter (the replica trigger on counter_config).
 # A third server with node id 1 (taken), subscribed to the group with
 # copy_data = true, must refuse sharded_nextval and counter_incr with 55000
 # once the claims have reached it.  Last, the same group with node id 0 on
@@ -151,7 +153,7 @@ run_load() {
             pids+=($!)
         done
         ( while [ ! -e "$WORK/load.$db.done" ]; do
-              q "$n" -d "$db" -c "SELECT folded || ' ' || compacted FROM sharded_seq.maintain()" \
+              q "$n" -d "$db" -c "SELECT folded + compacted FROM sharded_seq.maintain()" \
                   >>"$WORK/maintain.$db.$n.out" 2>>"$WORK/maintain.$db.$n.err" || true
               sleep 0.3
           done ) &
@@ -191,6 +193,13 @@ echo "load: $SESSIONS sessions per node, $TXNS transactions each, both nodes at 
 run_load app n1 n2 || { bad "a load session failed"; cat "$WORK"/load.app.*.err; }
 expected=$(expected_rows 2 $SESSIONS $TXNS)
 echo "RESULT load ran $(( $(date +%s) - start ))s; $expected rows committed"
+# idle now: two fold passes a second apart fold each node's grown rows back,
+# and the deletes replicate
+for n in n1 n2; do q "$n" -d app -c "SELECT sharded_seq.maintain()" >/dev/null; done
+sleep 1.2
+for n in n1 n2; do
+    echo "RESULT maintain() on $n after the load: $(q "$n" -d app -c "SELECT folded || ' folded, ' || compacted || ' gathered' FROM sharded_seq.maintain()")"
+done
 
 # replication catches up when both nodes show the same state with every row
 start=$(date +%s)
@@ -227,9 +236,35 @@ e1="$(apply_errors n1 "$log1")"; e2="$(apply_errors n2 "$log2")"
 [ -s "$WORK/maintain.app.n1.err" ] && { bad "maintain() failed on node 1"; cat "$WORK/maintain.app.n1.err"; }
 [ -s "$WORK/maintain.app.n2.err" ] && { bad "maintain() failed on node 2"; cat "$WORK/maintain.app.n2.err"; }
 for n in n1 n2; do
-    echo "RESULT maintain() on $n during the load: $(awk '{f += $1; g += $2} END {print f + 0 " counters folded, " g + 0 " gathered"}' "$WORK/maintain.app.$n.out")"
+    echo "RESULT maintain() ran $(wc -l <"$WORK/maintain.app.$n.out") times on $n during the load"
 done
 echo "RESULT claims: $(q n1 -d app -c "SELECT string_agg(node_id || '=' || system_identifier, ' ' ORDER BY node_id) FROM sharded_seq.node_claims")"
+
+############################################################################
+echo "a grant and a revoke made on node 1 reach a session on node 2 that cached the counter"
+for n in n1 n2; do q "$n" -d app -c "CREATE ROLE app_user LOGIN" >/dev/null; done
+acl_on_n2() {  # acl_on_n2 WANT: wait until node 2's acl of orders_count mentions app_user (t) or not (f)
+    for _ in $(seq 1 100); do
+        [ "$(q n2 -d app -c "SELECT coalesce(acl::text ~ 'app_user', false) FROM sharded_seq.counter_config WHERE name = 'orders_count'")" = "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+q n1 -d app -c "SELECT sharded_seq.grant_counter('orders_count', 'app_user', 'update')" >/dev/null
+acl_on_n2 t || bad "the grant did not reach node 2"
+PGHOST=127.0.0.1 PGPORT="${PORT[n2]}" PGUSER=app_user session_open u2 app
+session_send u2 "SELECT 'before', counter_incr('orders_count', 0);"
+session_sync u2
+q n1 -d app -c "SELECT sharded_seq.revoke_counter('orders_count', 'app_user', 'update')" >/dev/null
+acl_on_n2 f || bad "the revoke did not reach node 2"
+session_send u2 "SELECT 'after', counter_incr('orders_count', 0);"
+session_sync u2
+session_close u2
+if grep -q '^before|' "$WORK/u2.out" && ! grep -q '^after|' "$WORK/u2.out" && [ "$(session_errors u2)" = 42501 ]; then
+    echo "RESULT a revoke replicated from node 1 applies at once to a session on node 2 (42501)"
+else
+    bad "the session on node 2 did not see the replicated revoke: $(cat "$WORK/u2.out" "$WORK/u2.err")"
+fi
 
 ############################################################################
 echo "a third server with node id 1, which node 1 holds, joins the group"
@@ -299,7 +334,7 @@ e="$(apply_errors n1 "$log1"; apply_errors n2 "$log2")"
 dup='duplicate key value violates unique constraint "orders_pkey"'
 in_apply=$(echo "$e" | grep 'logical replication' | grep -c "$dup" || true)
 in_sessions=$(echo "$e" | grep 'client backend' | grep -c "$dup" || true)
-echo "RESULT node 0 on both: the same ids drawn on both servers; $in_sessions transactions failed on an id the other server had used, $in_apply apply errors on one ($errs in pg_stat_subscription_stats); rows $(q n1 -d zero -c "SELECT count(*) FROM orders") and $(q n2 -d zero -c "SELECT count(*) FROM orders")"
+echo "RESULT node 0 on both: the same ids drawn on both servers; $in_sessions transactions failed on an id the other server had used, $in_apply apply workers stopped on one ($errs apply errors counted); rows $(q n1 -d zero -c "SELECT count(*) FROM orders") and $(q n2 -d zero -c "SELECT count(*) FROM orders")"
 if [ $((in_apply + in_sessions)) -gt 0 ]; then
     echo "RESULT without node ids the servers drew the same ids: they collide"
 else
