@@ -15,3 +15,8 @@ SET sharded_seq.default_counter_shards = 2000;
 SET sharded_seq.default_sequence_shards = -1;
 SET sharded_seq.default_lease_size = 100000001;
 SHOW sharded_seq.default_sequence_shards;
+-- the node id belongs to the server (postgresql.conf or ALTER SYSTEM, then a
+-- reload); a session cannot set it, and node 0 is a single node
+SET sharded_seq.node_id = 1;
+SELECT sharded_seq.node_id();
+SELECT * FROM sharded_seq.replicated_tables() ORDER BY 1::text;

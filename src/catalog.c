@@ -218,6 +218,13 @@ WriteBehindModesSplit(void)
 	return OidIsValid(get_relname_relid("workers", ConfigNamespace()));
 }
 
+/* Can node ids be claimed (schema 1.3)? */
+bool
+NodeClaimsStored(void)
+{
+	return OidIsValid(get_relname_relid("node_claims", ConfigNamespace()));
+}
+
 /* A stored mode name, as the schema in force means it. */
 CounterMode
 ParseCounterMode(const char *mode, int len)
@@ -618,24 +625,52 @@ ReportNotFound(ObjectKind kind, const char *name)
 			 errhint("Create it with sharded_seq.create_counter('%s'), or list the existing ones in sharded_seq.counters.", name)));
 }
 
-/* Called as the extension owner, inside SPI. */
+/*
+ * A new id for a sequence or counter (as the extension owner, inside SPI).
+ * Node 0 takes the id sequence's next value k.  Node n > 0 takes n + 1024k:
+ * counter_config is replicated, so ids made by different nodes must never
+ * meet.  An id already taken (by an object made while this database was
+ * node 0, say, and replicated here) is skipped.
+ */
 int32
 NextObjectId(void)
 {
 	static SPIPlanPtr plan = NULL;
-	bool		isnull;
-	int64		id;
+	static SPIPlanPtr taken_plan = NULL;
+	Oid			taken_types[1] = {INT4OID};
+	int32		node = SessionNodeId();
 
+	if (node > 0)
+		NodeClaimCheck();
 	PreparePlan(&plan, "SELECT pg_catalog.nextval('sharded_seq.object_id_seq'::pg_catalog.regclass)", 0, NULL);
-	if (SPI_execute_plan(plan, NULL, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not allocate an object id");
-	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	if (id > PG_INT32_MAX)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("too many sharded sequences and counters have been created"),
-				 errhint("Identifiers are never reused; drop objects you no longer need and reuse their names.")));
-	return (int32) id;
+	for (;;)
+	{
+		bool		isnull;
+		int64		k;
+		int64		id;
+		Datum		args[1];
+
+		if (SPI_execute_plan(plan, NULL, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not allocate an object id");
+		k = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		id = node == 0 ? k : node + (int64) NODE_SHARDS * k;
+		if (id > PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("too many sharded sequences and counters have been created"),
+					 errhint("Identifiers are never reused; drop objects you no longer need and reuse their names.")));
+		if (node == 0)
+			return (int32) id;
+		args[0] = Int32GetDatum((int32) id);
+		PreparePlan(&taken_plan,
+					"SELECT 1 FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1"
+					" UNION ALL SELECT 1 FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1",
+					1, taken_types);
+		if (SPI_execute_plan(taken_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not check object id %d", (int32) id);
+		if (SPI_processed == 0)
+			return (int32) id;
+	}
 }
 
 /*

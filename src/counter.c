@@ -248,14 +248,18 @@ LoadCounterConfig(CounterEntry *entry)
 	}
 }
 
-/* Reload an entry whose configuration may have changed. */
+/*
+ * Reload an entry whose configuration may have changed.  Only a single node
+ * creates a counter it does not know: on several primaries two nodes could
+ * create one name at once, and replication would stop on the name's key.
+ */
 static void
 RefreshCounter(CounterEntry *entry, bool create_missing)
 {
 	OwnerContext ctx;
 
 	LoadCounterConfig(entry);
-	if (entry->exists || !create_missing)
+	if (entry->exists || !create_missing || SessionNodeId() > 0)
 		return;
 	PreventCommandIfReadOnly("counter_incr()");
 	BeginAsOwner(&ctx);
@@ -295,6 +299,14 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 		strlcpy(name, entry->cache.name, sizeof(name));
 		if (is_new)
 			ForgetEntry(&CounterCache, &entry->cache);
+		if (create_missing && SessionNodeId() > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("counter \"%s\" does not exist", name),
+					 errdetail("With sharded_seq.node_id set (%d here), counter_incr does not create counters: two nodes creating one name at once would stop replication on counter_config's unique name.",
+							   SessionNodeId()),
+					 errhint("Create it once, on one node, with sharded_seq.create_counter('%s'); replication brings it to the others.",
+							 name)));
 		ReportNotFound(KIND_COUNTER, name);
 	}
 	return entry;
@@ -613,6 +625,8 @@ counter_incr(PG_FUNCTION_ARGS)
 
 	entry = LookupCounter(fcinfo, true);
 	CheckCounterPrivilege(entry, ACL_UPDATE);
+	/* its commit writes this node's rows: refuse now if they are not ours */
+	NodeClaimCheck();
 	total = VisibleTotal(entry, delta, false, &refs, &nrefs);
 	AddPending(entry, delta, refs, nrefs);
 	PG_RETURN_INT64(total);

@@ -51,9 +51,10 @@ StoredMode(const char *mode)
 }
 
 /*
- * Insert a counter and its shard rows (inside SPI, as the owner); shards 0
- * makes it adaptive, with one row.  Nobody needs telling: sessions look up
- * a name they do not know every time.
+ * Insert a counter and this node's shard rows (inside SPI, as the owner);
+ * shards 0 makes it adaptive, with one row.  Nobody needs telling: sessions
+ * look up a name they do not know every time.  Other nodes add their rows
+ * at their first commit to it.
  */
 bool
 InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
@@ -65,8 +66,8 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 	Oid			argtypes[5] = {INT4OID, TEXTOID, INT4OID, TEXTOID, OIDOID};
 	Datum		args[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	Oid			shard_types[2] = {INT4OID, INT4OID};
-	Datum		shard_args[2];
+	Oid			shard_types[3] = {INT4OID, INT4OID, INT4OID};
+	Datum		shard_args[3];
 	const char *sql =
 		"INSERT INTO sharded_seq.counter_config (id, name, shards, mode, owner)"
 		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
@@ -94,10 +95,12 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 	shard_args[0] = Int32GetDatum(id);
 	shard_args[1] = Int32GetDatum(Max(shards, 1));
 	LayoutChanging(id);
+	shard_args[2] = Int32GetDatum(NodeShardBase());
 	PreparePlan(&shards_plan,
 				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
-				" SELECT $1, g FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
-				2, shard_types);
+				" SELECT $1, $3 OPERATOR(pg_catalog.+) g"
+				"   FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
+				3, shard_types);
 	if (SPI_execute_plan(shards_plan, shard_args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not create shards of counter \"%s\"", name);
 	return true;
@@ -188,9 +191,17 @@ create_counter(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* This node's rows of a counter: base .. base + 1023 */
+#define NODE_ROWS_SQL \
+	" counter_id OPERATOR(pg_catalog.=) $1" \
+	" AND shard OPERATOR(pg_catalog.>=) $2" \
+	" AND shard OPERATOR(pg_catalog.<) ($2 OPERATOR(pg_catalog.+) 1024)"
+
 /*
- * Give a counter exactly the shards 0 .. shards-1, the total in shard 0
- * (inside SPI, as the owner, with commits to the counter kept out).
+ * Give this node's rows of a counter exactly the shards base .. base +
+ * shards-1, their total in the first (inside SPI, as the owner, with commits
+ * to the counter kept out).  Other nodes' rows, and their totals, are
+ * theirs: each node lays out its own rows.
  */
 static void
 RebuildShards(int32 id, int32 shards)
@@ -198,47 +209,52 @@ RebuildShards(int32 id, int32 shards)
 	static SPIPlanPtr lock_plan = NULL;
 	static SPIPlanPtr delete_plan = NULL;
 	static SPIPlanPtr insert_plan = NULL;
-	Oid			types1[1] = {INT4OID};
-	Oid			types3[3] = {INT4OID, INT4OID, NUMERICOID};
-	Datum		args[3];
+	Oid			types2[2] = {INT4OID, INT4OID};
+	Oid			types4[4] = {INT4OID, INT4OID, INT4OID, NUMERICOID};
+	Datum		args[4];
 	bool		isnull;
 	Datum		total;
 
 	args[0] = Int32GetDatum(id);
+	args[1] = Int32GetDatum(NodeShardBase());
 	/* wait for commits adding to the rows, so that the sum is final */
 	PreparePlan(&lock_plan,
 				"SELECT COALESCE(pg_catalog.sum(value), 0::pg_catalog.numeric) FROM"
 				" (SELECT value FROM sharded_seq.counter_shards"
-				"   WHERE counter_id OPERATOR(pg_catalog.=) $1 FOR UPDATE) s",
-				1, types1);
+				"   WHERE" NODE_ROWS_SQL " FOR UPDATE) s",
+				2, types2);
 	ExecOrFail(lock_plan, args, SPI_OK_SELECT, "lock counter shards");
 	total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	LayoutChanging(id);
 	PreparePlan(&delete_plan,
-				"DELETE FROM sharded_seq.counter_shards WHERE counter_id OPERATOR(pg_catalog.=) $1",
-				1, types1);
+				"DELETE FROM sharded_seq.counter_shards WHERE" NODE_ROWS_SQL,
+				2, types2);
 	ExecOrFail(delete_plan, args, SPI_OK_DELETE, "remove counter shards");
-	args[1] = Int32GetDatum(shards);
-	args[2] = total;
+	args[2] = Int32GetDatum(shards);
+	args[3] = total;
 	PreparePlan(&insert_plan,
 				"INSERT INTO sharded_seq.counter_shards (counter_id, shard, value)"
-				" SELECT $1, g, CASE WHEN g OPERATOR(pg_catalog.=) 0 THEN $3::pg_catalog.int8 ELSE 0 END"
-				"   FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
-				3, types3);
+				" SELECT $1, $2 OPERATOR(pg_catalog.+) g,"
+				"        CASE WHEN g OPERATOR(pg_catalog.=) 0 THEN $4::pg_catalog.int8 ELSE 0 END"
+				"   FROM pg_catalog.generate_series(0, $3 OPERATOR(pg_catalog.-) 1) g",
+				4, types4);
 	ExecOrFail(insert_plan, args, SPI_OK_INSERT, "add counter shards");
 }
 
+/* How many rows this node has of a counter. */
 static int32
 CountShards(int32 id)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(id)};
+	Oid			types[2] = {INT4OID, INT4OID};
+	Datum		args[2];
 	bool		isnull;
 
+	args[0] = Int32GetDatum(id);
+	args[1] = Int32GetDatum(NodeShardBase());
 	PreparePlan(&plan,
 				"SELECT pg_catalog.count(*)::pg_catalog.int4 FROM sharded_seq.counter_shards"
-				" WHERE counter_id OPERATOR(pg_catalog.=) $1", 1, types);
+				" WHERE" NODE_ROWS_SQL, 2, types);
 	ExecOrFail(plan, args, SPI_OK_SELECT, "count counter shards");
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -312,8 +328,9 @@ alter_counter(PG_FUNCTION_ARGS)
 	else if (PG_GETARG_BOOL(3))
 		shards = AdaptiveCountersStored() ? 0 : row.shards;
 	else
-		shards = row.shards ? row.shards : CountShards(row.id);
-	if (shards != 0 && shards != row.shards)
+		shards = row.shards ? row.shards : Max(CountShards(row.id), 1);
+	/* a layout another node set already: this node's rows may still differ */
+	if (shards != 0 && (shards != row.shards || CountShards(row.id) != shards))
 		RebuildShards(row.id, shards);
 	if (shards != row.shards)
 	{

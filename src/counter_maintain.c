@@ -37,23 +37,41 @@ typedef struct Candidate
 } Candidate;
 
 /*
- * Counters with more than one row (inside SPI, as the owner), copied into
- * the caller's memory context.
+ * Counters with more than one row of this node, whose rows start at base
+ * (inside SPI, as the owner), copied into the caller's memory context.
  */
 static Candidate *
-ListCandidates(MemoryContext cxt, int *n)
+ListCandidates(MemoryContext cxt, int32 base, int *n)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_12 = NULL;
+	Oid			types[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(base)};
 	Candidate  *list;
 
-	/* the partial index on shard <> 0 holds only multi-row counters */
-	PreparePlan(&plan,
-				"SELECT m.counter_id, c.shards IS NULL"
-				"  FROM (SELECT DISTINCT s.counter_id FROM sharded_seq.counter_shards s"
-				"         WHERE s.shard OPERATOR(pg_catalog.<>) 0) m"
-				"  JOIN sharded_seq.counter_config c ON c.id OPERATOR(pg_catalog.=) m.counter_id"
-				" ORDER BY 1", 0, NULL);
-	if (SPI_execute_plan(plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
+	/*
+	 * A node's first row is always there, so the partial index on rows
+	 * other than each node's first (shard % 1024 <> 0) holds only the
+	 * counters that have several rows on some node.  Schema 1.2's is on
+	 * shard <> 0, and knows node 0 only.
+	 */
+	if (NodeClaimsStored())
+		PreparePlan(&plan,
+					"SELECT m.counter_id, c.shards IS NULL"
+					"  FROM (SELECT DISTINCT s.counter_id FROM sharded_seq.counter_shards s"
+					"         WHERE (s.shard OPERATOR(pg_catalog.%) 1024) OPERATOR(pg_catalog.<>) 0"
+					"           AND s.shard OPERATOR(pg_catalog.>) $1"
+					"           AND s.shard OPERATOR(pg_catalog.<) ($1 OPERATOR(pg_catalog.+) 1024)) m"
+					"  JOIN sharded_seq.counter_config c ON c.id OPERATOR(pg_catalog.=) m.counter_id"
+					" ORDER BY 1", 1, types);
+	else
+		PreparePlan(&plan_12,
+					"SELECT m.counter_id, c.shards IS NULL"
+					"  FROM (SELECT DISTINCT s.counter_id FROM sharded_seq.counter_shards s"
+					"         WHERE s.shard OPERATOR(pg_catalog.<>) 0) m"
+					"  JOIN sharded_seq.counter_config c ON c.id OPERATOR(pg_catalog.=) m.counter_id"
+					" ORDER BY 1", 0, NULL);
+	if (SPI_execute_plan(NodeClaimsStored() ? plan : plan_12, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list counters with several rows");
 	*n = (int) SPI_processed;
 	list = MemoryContextAlloc(cxt, Max(*n, 1) * sizeof(Candidate));
@@ -136,10 +154,14 @@ maintain(PG_FUNCTION_ARGS)
 	int			folded = 0;
 	int			gathered = 0;
 	int			reaped;
+	int32		base;
 
 	PreventCommandIfReadOnly("sharded_seq.maintain()");
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "maintain() must return a record");
+
+	/* this node's rows only; a node whose claim is not ours does nothing */
+	base = NodeShardBase();
 
 	/* one maintain() at a time; another one running does the work */
 	if (!ConditionalLockDatabaseObject(ConfigRelid("maintenance"), 0, 0, ExclusiveLock))
@@ -151,7 +173,7 @@ maintain(PG_FUNCTION_ARGS)
 	BeginAsOwner(&ctx);
 	reaped = ReapShards();
 	fold = FoldPassDue(&idle_before);
-	list = ListCandidates(cxt, &n);
+	list = ListCandidates(cxt, base, &n);
 	EndAsOwner(&ctx);
 
 	for (int i = 0; i < n; i++)
@@ -161,7 +183,7 @@ maintain(PG_FUNCTION_ARGS)
 		CHECK_FOR_INTERRUPTS();
 		BeginInternalSubTransaction(NULL);
 		MemoryContextSwitchTo(cxt);
-		r = MaintainCounterRows(list[i].id,
+		r = MaintainCounterRows(list[i].id, base,
 								fold && list[i].adaptive && TransactionIdIsValid(idle_before),
 								idle_before);
 		if (r == MAINTAIN_BUSY)

@@ -10,6 +10,9 @@
  * which reports a shard another transaction holds instead of waiting for it.
  * When every shard is held, an adaptive counter gets a new row; a pinned one
  * waits.
+ *
+ * With node ids (node.c), each node writes only its own rows, numbered from
+ * its NodeShardBase(), and a total is the sum over every node's rows.
  */
 #include "postgres.h"
 
@@ -101,10 +104,13 @@ FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row)
 	return found;
 }
 
-/* Total as int128; NULL refs/n skip collecting the rows. */
+/*
+ * Total over every node's rows, as int128.  refs (unless NULL) collects the
+ * rows of the node whose shards start at base, and *nall counts all rows.
+ */
 static int128
-ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
-		   ShardRef **refs, int *nrefs)
+ScanShards(Relation rel, int32 counter_id, Snapshot snapshot, int32 base,
+		   ShardRef **refs, int *nrefs, int *nall)
 {
 	ScanKeyData key;
 	SysScanDesc scan;
@@ -113,6 +119,7 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
 	int128		sum = 0;
 	int			n = 0;
 	int			cap = 0;
+	int			all = 0;
 
 	ScanKeyInit(&key, Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
 				Int32GetDatum(counter_id));
@@ -122,16 +129,18 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
 	{
 		bool		isnull;
 		int64		value = DatumGetInt64(heap_getattr(tup, Anum_shard_value, desc, &isnull));
+		int32		shard = DatumGetInt32(heap_getattr(tup, Anum_shard_shard, desc, &isnull));
 
 		sum += value;
-		if (refs)
+		all++;
+		if (refs && shard >= base && shard < base + NODE_SHARDS)
 		{
 			if (n == cap)
 			{
 				cap = cap ? cap * 2 : 32;
 				*refs = n ? repalloc(*refs, cap * sizeof(ShardRef)) : palloc(cap * sizeof(ShardRef));
 			}
-			(*refs)[n].shard = DatumGetInt32(heap_getattr(tup, Anum_shard_shard, desc, &isnull));
+			(*refs)[n].shard = shard;
 			(*refs)[n].tid = tup->t_self;
 			(*refs)[n].value = value;
 			n++;
@@ -140,6 +149,8 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
 	systable_endscan(scan);
 	if (nrefs)
 		*nrefs = n;
+	if (nall)
+		*nall = all;
 	return sum;
 }
 
@@ -147,10 +158,12 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
  * Read a counter's rows where they were last seen, without the index.  A
  * pinned counter's rows are shards 0 .. shards-1 for as long as the config
  * row loaded is visible to the snapshot (its last layout change), and the
- * primary key leaves no room for another visible row.  An adaptive counter's remembered rows are
- * all its rows while its layout word has not moved, for a snapshot taken
- * after they were seen.  Each row must still be found on its HOT chain, as
- * this snapshot sees it; false sends the caller to the index.
+ * primary key leaves no room for another visible row.  An adaptive
+ * counter's remembered rows are all its rows while its layout word has not
+ * moved, for a snapshot taken after they were seen.  Each row must still be
+ * found on its HOT chain, as this snapshot sees it; false sends the caller
+ * to the index.  Never where node ids are in use (NodeRowsAlone): other
+ * nodes' rows of the counter may appear at any moment.
  */
 static bool
 ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
@@ -162,7 +175,9 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 	ShardRef   *found = NULL;
 	bool		ok = true;
 	int			n;
+
 	if (place == NULL || place->roots == NULL || IsolationIsSerializable() ||
+		!NodeRowsAlone() ||
 		!TransactionIdIsValid(place->config_xmin) ||
 		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
 		!TransactionIdDidCommit(place->config_xmin))
@@ -261,7 +276,7 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 	bool		ok = true;
 
 	ForgetRows(place);
-	if (place->shards != 0 && n != place->shards)
+	if ((place->shards != 0 && n != place->shards) || n < 0 || !NodeRowsAlone())
 		return;
 	place->roots = MemoryContextAllocZero(TopMemoryContext, Max(n, 1) * sizeof(ItemPointerData));
 	if (place->shards == 0)
@@ -314,13 +329,14 @@ RememberAdaptiveRows(Relation rel, CounterPlace *place)
 	Snapshot	snapshot;
 	ShardRef   *refs = NULL;
 	int			n = 0;
+	int			nall = 0;
 
 	ForgetRows(place);
-	if (!LayoutSettled(word))
+	if (!LayoutSettled(word) || !NodeRowsAlone())
 		return;
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	(void) ScanShards(rel, place->counter_id, snapshot, &refs, &n);
-	RememberRows(rel, place, refs, n);
+	(void) ScanShards(rel, place->counter_id, snapshot, 0, &refs, &n, &nall);
+	RememberRows(rel, place, refs, nall == n ? n : -1);
 	place->layout = word;
 	place->seen_xmax = snapshot->xmax;
 	UnregisterSnapshot(snapshot);
@@ -339,6 +355,7 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 	int128		sum;
 	ShardRef   *local = NULL;
 	int			nlocal = 0;
+	int			nall = 0;
 
 	if (!ActiveSnapshotSet())
 	{
@@ -349,9 +366,11 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 	{
 		if (place && !refs)
 			refs = &local, nrefs = &nlocal;
-		sum = ScanShards(rel, counter_id, GetActiveSnapshot(), refs, nrefs);
+		sum = ScanShards(rel, counter_id, GetActiveSnapshot(),
+						 SessionNodeId() * NODE_SHARDS, refs, nrefs, &nall);
+		/* only rows that are all this node's can be read from their places */
 		if (place && place->shards != 0 && refs)
-			RememberRows(rel, place, *refs, *nrefs);
+			RememberRows(rel, place, *refs, nall == *nrefs ? *nrefs : -1);
 		else if (place && place->shards == 0 && !IsolationIsSerializable())
 			RememberAdaptiveRows(rel, place);
 	}
@@ -391,6 +410,7 @@ InsertOwnIndexEntries(Relation rel, HeapTuple newtup, bool moved)
 		own = index->rd_index->indisvalid && index->rd_index->indisready &&
 			index->rd_index->indislive &&
 			(strcmp(name, "counter_shards_pkey") == 0 ||
+			 strcmp(name, "counter_shards_extra") == 0 ||
 			 strcmp(name, "counter_shards_multi") == 0);
 	}
 	if (own)
@@ -402,14 +422,18 @@ InsertOwnIndexEntries(Relation rel, HeapTuple newtup, bool moved)
 		values[1] = Int32GetDatum(shard);
 		for (int i = 0; i < n; i++)
 		{
-			bool		pkey = strcmp(RelationGetRelationName(opened[i]), "counter_shards_pkey") == 0;
+			const char *name = RelationGetRelationName(opened[i]);
+			bool		pkey = strcmp(name, "counter_shards_pkey") == 0;
 
 			/*
-			 * The other one is partial (shard <> 0), on counter_id alone.
-			 * An update never changes the key ("unchanged"), which lets
-			 * btree delete old versions' entries bottom-up, not split.
+			 * The other one is partial, on counter_id alone: rows other than
+			 * each node's first (shard % 1024 <> 0, schema 1.3), or other
+			 * than shard 0 (counter_shards_multi, schema 1.2).  An update
+			 * never changes the key ("unchanged"), which lets btree delete
+			 * old versions' entries bottom-up, not split.
 			 */
-			if (!pkey && shard == 0)
+			if (!pkey && (strcmp(name, "counter_shards_extra") == 0 ?
+						  shard % NODE_SHARDS == 0 : shard == 0))
 				continue;
 			index_insert(opened[i], values, isnull, &newtup->t_self,
 						 rel, pkey ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, moved,
@@ -632,6 +656,18 @@ ShardExists(Relation rel, int32 counter_id, int32 shard, ShardRef *ref)
 }
 
 /*
+ * The lock that keeps two commits from adding the same shard row.  Lock tags
+ * have 16 bits for it; the rows of one node (1024 numbers) never share one,
+ * and rows of different nodes that do (a server whose node id changed) only
+ * make their commits take turns.
+ */
+static uint16
+ShardLockSub(int32 shard)
+{
+	return (uint16) ((uint32) shard & 0xFFFF);
+}
+
+/*
  * Every row of the counter is held by other transactions.  If it is
  * adaptive and below sharded_seq.max_counter_shards, add a row holding
  * delta instead of waiting (the LongAdder idea: contention makes cells).
@@ -642,7 +678,8 @@ ShardExists(Relation rel, int32 counter_id, int32 shard, ShardRef *ref)
  * snapshot taken after, that no committed transaction added the row first.
  */
 static ShardResult
-GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
+GrowCounter(Relation rel, int32 counter_id, int32 base, ShardRef *refs, int n,
+			int64 delta)
 {
 	Oid			config_relid = ConfigRelid("counter_config");
 	Oid			shards_relid = RelationGetRelid(rel);
@@ -658,7 +695,7 @@ GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
 	if (config.shards != 0)
 		return SHARD_BUSY;		/* pinned meanwhile */
 
-	for (int32 shard = 0; shard < MaxCounterShards; shard++)
+	for (int32 shard = base; shard < base + MaxCounterShards; shard++)
 	{
 		bool		taken = false;
 		ShardRef	ref;
@@ -666,7 +703,7 @@ GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
 		for (int i = 0; i < n && !taken; i++)
 			taken = (refs[i].shard == shard);
 		if (taken ||
-			!ConditionalLockDatabaseObject(shards_relid, counter_id, (uint16) shard, ExclusiveLock))
+			!ConditionalLockDatabaseObject(shards_relid, counter_id, ShardLockSub(shard), ExclusiveLock))
 			continue;
 		if (ShardExists(rel, counter_id, shard, &ref))
 		{
@@ -681,6 +718,70 @@ GrowCounter(Relation rel, int32 counter_id, ShardRef *refs, int n, int64 delta)
 	return SHARD_BUSY;
 }
 
+/* Has this node a row of the counter, as the latest snapshot sees it? */
+static bool
+NodeHasRows(Relation rel, int32 counter_id, int32 base)
+{
+	ScanKeyData keys[3];
+	SysScanDesc scan;
+	bool		found;
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+
+	ScanKeyInit(&keys[0], Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(counter_id));
+	ScanKeyInit(&keys[1], Anum_shard_shard, BTGreaterEqualStrategyNumber, F_INT4GE,
+				Int32GetDatum(base));
+	ScanKeyInit(&keys[2], Anum_shard_shard, BTLessStrategyNumber, F_INT4LT,
+				Int32GetDatum(base + NODE_SHARDS));
+	scan = systable_beginscan(rel, ConfigRelid("counter_shards_pkey"), true,
+							  snapshot, 3, keys);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
+/*
+ * The counter has rows, but none of this node's (it was created on another
+ * node): this node's first commit to it adds them, a pinned counter's layout
+ * or an adaptive counter's one row, with delta in the preferred one.
+ * Returns SHARD_UPDATED; SHARD_BUSY if a lock is held and wait is false, or
+ * if another commit added the rows meanwhile and wait is false; SHARD_GONE
+ * if the counter is gone, or the rows were added meanwhile (look again).
+ */
+static ShardResult
+AddNodeRows(Relation rel, int32 counter_id, int32 base, int32 preferred,
+			int64 delta, bool wait)
+{
+	Oid			config_relid = ConfigRelid("counter_config");
+	Oid			shards_relid = RelationGetRelid(rel);
+	CounterConfigRow config;
+	int32		rows;
+
+	/* as a growing commit: alter_counter and drop_counter stay out */
+	if (wait)
+		LockDatabaseObject(config_relid, counter_id, 0, RowShareLock);
+	else if (!ConditionalLockDatabaseObject(config_relid, counter_id, 0, RowShareLock))
+		return SHARD_BUSY;
+	/* of two first commits, the second waits for the first and finds its rows */
+	if (wait)
+		LockDatabaseObject(shards_relid, counter_id, ShardLockSub(base), ExclusiveLock);
+	else if (!ConditionalLockDatabaseObject(shards_relid, counter_id, ShardLockSub(base), ExclusiveLock))
+		return SHARD_BUSY;
+	if (!FetchCounterConfig(NULL, counter_id, &config))
+		return SHARD_GONE;
+	if (config.acl)
+		pfree(config.acl);
+	if (NodeHasRows(rel, counter_id, base))
+		return wait ? SHARD_GONE : SHARD_BUSY;
+	rows = config.shards > 0 ? config.shards : 1;
+	if (preferred < base || preferred >= base + rows)
+		preferred = base;
+	for (int32 shard = base; shard < base + rows; shard++)
+		InsertShardRow(rel, counter_id, shard, shard == preferred ? delta : 0, 0);
+	return SHARD_UPDATED;
+}
+
 static ShardResult
 ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 			 int nknown, bool wait)
@@ -688,7 +789,10 @@ ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 	Oid			relid = ConfigRelid("counter_shards");
 	Relation	rel;
 	ShardResult r = SHARD_GONE;
+	int32		base = NodeShardBase();
 
+	/* callers name a shard within a node: this is the one of our node */
+	preferred = base + (int32) ((uint32) preferred % NODE_SHARDS);
 	if (wait)
 		rel = table_open(relid, RowExclusiveLock);
 	else
@@ -723,21 +827,28 @@ ApplyToShard(int32 counter_id, int32 preferred, int64 delta, ShardRef *known,
 	{
 		ShardRef   *refs = NULL;
 		int			n = 0;
+		int			nall = 0;
 
 		if (attempt > 0)
 		{
 			PopActiveSnapshot();
 			PushActiveSnapshot(GetLatestSnapshot());
 		}
-		(void) ScanShards(rel, counter_id, GetActiveSnapshot(), &refs, &n);
-		r = TryShards(rel, counter_id, preferred, refs, n, delta, false);
-		if (r == SHARD_BUSY)
-			r = GrowCounter(rel, counter_id, refs, n, delta);
-		if (r == SHARD_BUSY && wait)
-			r = TryShards(rel, counter_id, preferred, refs, n, delta, true);
+		(void) ScanShards(rel, counter_id, GetActiveSnapshot(), base, &refs, &n, &nall);
+		if (n == 0 && nall > 0)
+			r = AddNodeRows(rel, counter_id, base, preferred, delta, wait);
+		else
+		{
+			r = TryShards(rel, counter_id, preferred, refs, n, delta, false);
+			if (r == SHARD_BUSY)
+				r = GrowCounter(rel, counter_id, base, refs, n, delta);
+			if (r == SHARD_BUSY && wait)
+				r = TryShards(rel, counter_id, preferred, refs, n, delta, true);
+		}
 		if (refs)
 			pfree(refs);
-		if (r != SHARD_GONE || n == 0 || !wait)
+		/* no row of any node: the counter was dropped */
+		if (r != SHARD_GONE || nall == 0 || !wait)
 			break;
 	}
 	PopActiveSnapshot();
@@ -820,13 +931,15 @@ DeleteAsRead(Relation rel, int32 counter_id, ItemPointer tid)
  * A row is deleted only as the version that was read, so each value moved
  * is final; the keeper is added to, which commutes with concurrent
  * increments.  Readers see the old rows or the new ones, never a mix.
+ * Only this node's rows (from base) are touched: other nodes' are theirs.
  */
 MaintainResult
-MaintainCounterRows(int32 counter_id, bool fold, TransactionId idle_before)
+MaintainCounterRows(int32 counter_id, int32 base, bool fold,
+					TransactionId idle_before)
 {
 	Relation	rel = table_open(ConfigRelid("counter_shards"), RowExclusiveLock);
 	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	ScanKeyData key;
+	ScanKeyData keys[3];
 	SysScanDesc scan;
 	HeapTuple	tup;
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -851,10 +964,14 @@ MaintainCounterRows(int32 counter_id, bool fold, TransactionId idle_before)
 		table_close(rel, NoLock);
 		return MAINTAIN_BUSY;
 	}
-	ScanKeyInit(&key, Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
+	ScanKeyInit(&keys[0], Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
 				Int32GetDatum(counter_id));
+	ScanKeyInit(&keys[1], Anum_shard_shard, BTGreaterEqualStrategyNumber, F_INT4GE,
+				Int32GetDatum(base));
+	ScanKeyInit(&keys[2], Anum_shard_shard, BTLessStrategyNumber, F_INT4LT,
+				Int32GetDatum(base + NODE_SHARDS));
 	scan = systable_beginscan(rel, ConfigRelid("counter_shards_pkey"), true,
-							  snapshot, 1, &key);
+							  snapshot, 3, keys);
 	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
 		bool		isnull;

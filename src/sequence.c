@@ -10,6 +10,11 @@
  * value out twice; with synchronous standbys, they confirm it first as well
  * (replication.c), so no failover to one of them can either.
  *
+ * Everything here counts in local positions.  On node n > 0 (node.c) the
+ * value handed out is n * 2^53 + local; the session's node is fixed, so
+ * local order is value order, and currval and the floor below which a lease
+ * must not take a session (S2) stay local.
+ *
  * A memcached-tier sequence has one shard, so the blocks it carves increase
  * in the order they are carved.  Each block is a lease that memcached hands
  * out in batches (one increment per batch, never one per value): the
@@ -656,12 +661,17 @@ Datum
 sharded_nextval(PG_FUNCTION_ARGS)
 {
 	SeqEntry   *entry;
+	int32		node;
+	int64		local;
 	int64		value;
 
 	PreventCommandIfReadOnly("sharded_nextval()");
 	PreventCommandIfParallelMode("sharded_nextval()");
 
 	entry = LookupSequence(fcinfo);
+	node = SessionNodeId();
+	if (node != 0)
+		NodeClaimCheck();
 	if (!BlockCurrent(entry))
 	{
 		entry->have_block = false;
@@ -677,13 +687,15 @@ sharded_nextval(PG_FUNCTION_ARGS)
 		}
 	}
 
-	value = entry->next;
-	if (value == entry->block_end)
+	/* the node's value first: one outside its range is refused, not used up */
+	local = entry->next;
+	value = node == 0 ? local : SequenceNodeValue(local, entry->cache.name);
+	if (local == entry->block_end)
 		entry->have_block = false;
 	else
 		entry->next++;
 
-	entry->last = value;
+	entry->last = local;
 	entry->last_valid = true;
 	PG_RETURN_INT64(value);
 }
@@ -700,5 +712,5 @@ sharded_currval(PG_FUNCTION_ARGS)
 				 errmsg("sharded_currval of sequence \"%s\" is not yet defined in this session",
 						entry->cache.name),
 				 errhint("Call sharded_nextval('%s') in this session first.", entry->cache.name)));
-	PG_RETURN_INT64(entry->last);
+	PG_RETURN_INT64(SequenceNodeValue(entry->last, entry->cache.name));
 }

@@ -397,6 +397,9 @@ create_sequence(PG_FUNCTION_ARGS)
 	ValidateTier(tier);
 	ChooseLayout(fcinfo, 1, 2, tier, NULL, &shards, &block);
 
+	/* start is a value; the layout counts in this node's local positions */
+	start = SequenceNodeLocal(start, false, name, "start");
+
 	BeginAdmin(&ctx);
 	if (FetchSeqRow(name, &existing, false))
 		ereport(ERROR,
@@ -476,7 +479,9 @@ advance_sequence(PG_FUNCTION_ARGS)
 
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
-	NewGeneration(name, &row, row.shards, row.block, row.tier, past + 1);
+	/* above past in this node's local positions (past + 1 on node 0) */
+	NewGeneration(name, &row, row.shards, row.block, row.tier,
+				  SequenceNodeLocal(past, true, name, "past"));
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }

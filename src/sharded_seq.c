@@ -62,7 +62,8 @@ ShmemStartup(void)
 /*
  * PostgreSQL checks an integer setting against its bounds before any check
  * hook runs, and its "outside the valid range" error has no hint.  Add ours
- * to that error, for our settings only, as it is reported.
+ * to that error, for our settings only, as it is reported; and to the
+ * refusal to SET sharded_seq.node_id in a session.
  */
 static void
 AddRangeHint(ErrorData *edata)
@@ -75,6 +76,16 @@ AddRangeHint(ErrorData *edata)
 		MemoryContext old = MemoryContextSwitchTo(ErrorContext);
 
 		edata->hint = pstrdup("Choose a value in that range, or RESET the setting to its default.");
+		MemoryContextSwitchTo(old);
+	}
+	/* nor has its refusal of a SET of a server-wide setting */
+	if (edata->hint == NULL && edata->message != NULL &&
+		edata->sqlerrcode == ERRCODE_CANT_CHANGE_RUNTIME_PARAM &&
+		strstr(edata->message, "\"sharded_seq.node_id\"") != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ErrorContext);
+
+		edata->hint = pstrdup("Set it in postgresql.conf or with ALTER SYSTEM, then SELECT pg_reload_conf(); sessions started afterwards use it.");
 		MemoryContextSwitchTo(old);
 	}
 	if (prev_emit_log_hook)
@@ -172,6 +183,12 @@ _PG_init(void)
 							"Unflushed amounts are what a crash (mode 'buffered') or a memcached loss (mode 'memcached') can take.",
 							&CounterFlushInterval, 10, 1, MAX_FLUSH_INTERVAL_S,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	/* read once per session, at its first use: see node.c */
+	DefineCustomIntVariable("sharded_seq.node_id",
+							"This primary's node id among several: its part of every sequence's values and its own counter rows; 0 is a single node.",
+							"Node n > 0 hands out values n * 2^53 + 0 .. 2^53-1 and writes counter rows n * 1024 + 0 .. 1023.  Sessions started after a change use the new id.",
+							&NodeIdSetting, 0, 0, SHARDED_SEQ_MAX_NODE,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	/*
 	 * It sizes shared memory, so it is fixed at server start; a library
 	 * loaded later may not define such a setting.  It then stands in at

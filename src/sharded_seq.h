@@ -24,6 +24,14 @@
 #define SHARDED_SEQ_MAX_SHARDS	1024
 #define SHARDED_SEQ_MAX_BLOCK	100000000
 
+/*
+ * Node ids (sharded_seq.node_id): node n > 0 hands out sequence values
+ * n * 2^53 + local (local < 2^53) and writes counter rows n * 1024 + s.
+ */
+#define SHARDED_SEQ_MAX_NODE	1023
+#define NODE_VALUE_BITS			53
+#define NODE_SHARDS				1024
+
 /* advisory lock class for lease rebuilds and counter flushes */
 #define SHARDED_SEQ_LOCK_CLASS	0x53534551	/* 'SSEQ' */
 #define SHARDED_SEQ_FLUSH_CLASS 0x53534652	/* 'SSFR' */
@@ -52,6 +60,7 @@ extern int	MaxCounterShards;
 extern int	SessionCacheSize;
 extern int	CounterFoldAfter;
 extern int	BufferedSlots;
+extern int	NodeIdSetting;
 
 /* catalog.c */
 extern uint64 ConfigEpoch;
@@ -67,6 +76,7 @@ extern Oid	ConfigRelid(const char *relname);
 extern bool ShardLayoutsStored(void);
 extern bool AdaptiveCountersStored(void);
 extern bool WriteBehindModesSplit(void);
+extern bool NodeClaimsStored(void);
 extern CounterMode ParseCounterMode(const char *mode, int len);
 extern const char *StoredModeName(CounterMode mode);
 extern Oid	CurrentInstallation(void);
@@ -225,7 +235,7 @@ typedef enum MaintainResult
 	MAINTAIN_BUSY				/* a row was held or changed: undo, try later */
 } MaintainResult;
 
-extern MaintainResult MaintainCounterRows(int32 counter_id, bool fold,
+extern MaintainResult MaintainCounterRows(int32 counter_id, int32 base, bool fold,
 										  TransactionId idle_before);
 
 /* counter.c */
@@ -282,6 +292,25 @@ extern bool MemcachedPending(int32 counter_id, int64 *amount);
 /* counter_admin.c */
 extern bool InsertCounter(const char *name, int32 shards, const char *mode,
 						  Oid owner, bool if_not_exists);
+
+/* node.c: node ids for several primaries, and their claims */
+extern int	SessionNode;
+extern int32 SessionNodeFirstUse(void);
+
+/* This session's node id: the setting as it was at its first use. */
+static inline int32
+SessionNodeId(void)
+{
+	return SessionNode >= 0 ? SessionNode : SessionNodeFirstUse();
+}
+
+extern void NodeIdForget(void);
+extern void NodeClaimCheck(void);
+extern int32 NodeShardBase(void);
+extern bool NodeRowsAlone(void);
+extern int64 SequenceNodeValue(int64 local, const char *seqname);
+extern int64 SequenceNodeLocal(int64 value, bool above, const char *seqname,
+							   const char *what);
 
 /* replication.c */
 extern void WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname);

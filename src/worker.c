@@ -759,6 +759,8 @@ sharded_seq_worker_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* flush to the rows of the node this server is now */
+			NodeIdForget();
 		}
 		if (!Round(false))
 		{

@@ -1,0 +1,373 @@
+/*
+ * node.c
+ *	  Node ids for several primaries (sharded_seq.node_id): which node this
+ *	  session is, where that puts its sequence values and counter rows, the
+ *	  node's claim in sharded_seq.node_claims, and replicated_tables().
+ *
+ * Node n > 0 hands out sequence values n * 2^53 + local, where local is
+ * what the sequence machinery produces and stays below 2^53, and writes only
+ * the counter rows numbered n * 1024 .. n * 1024 + 1023.  Node 0 is a single
+ * node: today's values and rows 0 .. 1023.  A session takes its node id
+ * once, at its first use of a sequence or counter, and keeps it, so its
+ * values keep increasing (S2) across a reload that changes the setting.
+ *
+ * A node id is claimed, not trusted.  The first session of node n records
+ * (n, system identifier, database) in node_claims, a table the replication
+ * group publishes, and a node that finds n claimed by another system or
+ * database refuses to draw values or write counter rows.  The claim is read
+ * directly, with a dirty snapshot, so that a claim another session is still
+ * inserting counts and nobody waits for its transaction.  A session
+ * remembers a committed claim of its own until configuration may have
+ * changed (ConfigEpoch), so a check costs one index lookup, no SPI, at the
+ * first use and after such a change, and nothing otherwise; a refusal is
+ * not remembered, so deleting a stale claim takes effect at the next call.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "sharded_seq.h"
+
+/* node_claims' columns */
+#define Anum_claim_node_id		1
+#define Anum_claim_system		2
+#define Anum_claim_database		3
+#define Anum_claim_claimed_at	4
+
+int			NodeIdSetting = 0;
+int			SessionNode = -1;	/* fixed at first use; -1 before */
+
+static bool ClaimVerified = false;	/* our claim, committed, was seen ... */
+static uint64 ClaimEpoch = 0;	/* ... under this ConfigEpoch */
+
+/* This session's first use: its node id from now on (SessionNodeId). */
+int32
+SessionNodeFirstUse(void)
+{
+	SessionNode = NodeIdSetting;
+	return SessionNode;
+}
+
+/*
+ * Take the setting again at the next use.  Only for the background worker,
+ * between rounds: it draws no sequence values, so no S2 to keep, and its
+ * flushes must go to the rows of the node the server is now.
+ */
+void
+NodeIdForget(void)
+{
+	SessionNode = -1;
+	ClaimVerified = false;
+}
+
+/* The lowest and highest value node hands out (node > 0). */
+static void
+NodeRange(int32 node, int64 *lo, int64 *hi)
+{
+	*lo = (int64) node << NODE_VALUE_BITS;
+	*hi = *lo + (((int64) 1 << NODE_VALUE_BITS) - 1);
+}
+
+static char *
+SystemIdentifierText(void)
+{
+	return psprintf(UINT64_FORMAT, GetSystemIdentifier());
+}
+
+typedef struct Claim
+{
+	bool		found;
+	bool		settled;		/* committed, and not by this transaction */
+	char	   *system;
+	char	   *database;
+	TimestampTz claimed_at;
+} Claim;
+
+/*
+ * The claim of node, as a dirty snapshot sees it: a claim another
+ * transaction is inserting counts already (it may be replication applying
+ * another system's), and reading it waits for nobody.
+ */
+static void
+ReadClaim(int32 node, Claim *claim)
+{
+	Relation	rel = table_open(ConfigRelid("node_claims"), AccessShareLock);
+	SnapshotData dirty;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+
+	InitDirtySnapshot(dirty);
+	ScanKeyInit(&key, Anum_claim_node_id, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(node));
+	scan = systable_beginscan(rel, ConfigRelid("node_claims_pkey"), true, &dirty, 1, &key);
+	memset(claim, 0, sizeof(Claim));
+	if (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		TupleDesc	desc = RelationGetDescr(rel);
+		bool		isnull;
+		Datum		d;
+
+		claim->found = true;
+		claim->settled = !TransactionIdIsValid(dirty.xmin) &&
+			!TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tup->t_data));
+		claim->system = TextDatumGetCString(heap_getattr(tup, Anum_claim_system, desc, &isnull));
+		d = heap_getattr(tup, Anum_claim_database, desc, &isnull);
+		claim->database = pstrdup(NameStr(*DatumGetName(d)));
+		d = heap_getattr(tup, Anum_claim_claimed_at, desc, &isnull);
+		claim->claimed_at = isnull ? 0 : DatumGetTimestampTz(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+}
+
+/* Record this system's claim of node, unless someone claimed it first. */
+static void
+InsertClaim(int32 node, const char *system, const char *database)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[3] = {INT4OID, TEXTOID, NAMEOID};
+	Datum		args[3];
+	OwnerContext ctx;
+	uint64		inserted;
+
+	args[0] = Int32GetDatum(node);
+	args[1] = CStringGetTextDatum(system);
+	args[2] = DirectFunctionCall1(namein, CStringGetDatum(database));
+	BeginAsOwner(&ctx);
+	PreparePlan(&plan,
+				"INSERT INTO sharded_seq.node_claims (node_id, system_identifier, database)"
+				" VALUES ($1, $2, $3) ON CONFLICT (node_id) DO NOTHING",
+				3, types);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not record the claim of node %d", node);
+	inserted = SPI_processed;
+	EndAsOwner(&ctx);
+	/* node 0 sessions stop trusting remembered row places (NodeRowsAlone) */
+	if (inserted > 0)
+		AnnounceConfigChange("node_claims");
+	CommandCounterIncrement();
+}
+
+/*
+ * Refuse to go on unless this system and database hold the claim of the
+ * session's node (claiming it if nobody has).  Nothing to do on node 0.
+ */
+void
+NodeClaimCheck(void)
+{
+	int32		node = SessionNodeId();
+	char	   *system;
+	const char *database;
+	Claim		claim;
+
+	/* a new installation of the extension, say, has none: look again */
+	if (node == 0 || (ClaimVerified && ClaimEpoch == ConfigEpoch))
+		return;
+	if (!NodeClaimsStored())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sharded_seq.node_id needs version 1.3 of the extension's schema"),
+				 errdetail("This server has sharded_seq.node_id = %d, and the claims of node ids came with 1.3.", node),
+				 errhint("Run ALTER EXTENSION sharded_seq UPDATE, or set sharded_seq.node_id to 0.")));
+
+	system = SystemIdentifierText();
+	database = get_database_name(MyDatabaseId);
+	ReadClaim(node, &claim);
+	if (!claim.found)
+	{
+		InsertClaim(node, system, database);
+		ReadClaim(node, &claim);
+		if (!claim.found)
+			elog(ERROR, "the claim of node %d vanished as it was made", node);
+	}
+	if (strcmp(claim.system, system) != 0 || strcmp(claim.database, database) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sharded_seq.node_id %d is claimed by system %s, database \"%s\", not by this one (system %s, database \"%s\")",
+						node, claim.system, claim.database, system, database),
+				 errdetail("Two primaries with one node id would hand out the same sequence values and write the same counter rows; the claim in sharded_seq.node_claims dates from %s.",
+						   claim.claimed_at ? timestamptz_to_str(claim.claimed_at) : "an unknown time"),
+				 errhint("Give this server a node id no other node uses (ALTER SYSTEM SET sharded_seq.node_id = ...; SELECT pg_reload_conf(); then reconnect), or, if that system is gone for good, delete its claim: DELETE FROM sharded_seq.node_claims WHERE node_id = %d.",
+						 node)));
+	/* a claim our transaction is still making may yet be rolled back */
+	ClaimVerified = claim.settled;
+	ClaimEpoch = ConfigEpoch;
+}
+
+/* First counter shard number of this session's node, for writers. */
+int32
+NodeShardBase(void)
+{
+	NodeClaimCheck();
+	return SessionNodeId() * NODE_SHARDS;
+}
+
+/*
+ * May a node-0 session trust a pinned counter's rows to be exactly shards
+ * 0 .. shards-1, as the fast read does?  Not once any node has claimed an
+ * id in this database: other nodes' rows may come and go.  Checked again
+ * whenever configuration may have changed; a claim made here announces
+ * itself (InsertClaim).
+ */
+bool
+NodeRowsAlone(void)
+{
+	static uint64 checked_epoch = 0;
+	static bool alone = false;
+
+	if (SessionNodeId() != 0)
+		return false;
+	if (checked_epoch != ConfigEpoch)
+	{
+		alone = true;
+		if (NodeClaimsStored())
+		{
+			Relation	rel = table_open(ConfigRelid("node_claims"), AccessShareLock);
+			Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+			TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
+
+			alone = heap_getnext(scan, ForwardScanDirection) == NULL;
+			table_endscan(scan);
+			UnregisterSnapshot(snapshot);
+			table_close(rel, AccessShareLock);
+		}
+		checked_epoch = ConfigEpoch;
+	}
+	return alone;
+}
+
+/*
+ * The value this session hands out for a sequence's local position.  Node 0:
+ * local itself.  Node n: n * 2^53 + local, and local must lie in 0 .. 2^53-1.
+ */
+int64
+SequenceNodeValue(int64 local, const char *seqname)
+{
+	int32		node = SessionNodeId();
+	int64		lo;
+	int64		hi;
+
+	if (node == 0)
+		return local;
+	NodeRange(node, &lo, &hi);
+	if (local >= 0 && local <= hi - lo)
+		return lo + local;
+	if (local < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
+				 errmsg("sharded sequence \"%s\" is below node %d's range", seqname, node),
+				 errdetail("Node %d hands out values %lld to %lld, and this sequence's next position is %lld below them.",
+						   node, (long long) lo, (long long) hi, (long long) -local),
+				 errhint("Move it into the range with sharded_seq.advance_sequence('%s', %lld).",
+						 seqname, (long long) (lo - 1))));
+	ereport(ERROR,
+			(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
+			 errmsg("sharded sequence \"%s\" has reached the end of node %d's range", seqname, node),
+			 errdetail("Node %d hands out values %lld to %lld; values never leave a node's range.",
+					   node, (long long) lo, (long long) hi),
+			 errhint("Create a new sequence for this node: its values start again at the bottom of the range.")));
+	return 0;					/* keep the compiler quiet */
+}
+
+/*
+ * The local position from which values are at or above value (start), or
+ * above it (past, with above true), on this session's node.  Node 0: the
+ * value itself.  Node n: positions start at 0, the bottom of its range.
+ */
+int64
+SequenceNodeLocal(int64 value, bool above, const char *seqname, const char *what)
+{
+	int32		node = SessionNodeId();
+	int64		lo;
+	int64		hi;
+
+	if (node == 0)
+		return above ? value + 1 : value;	/* callers refuse PG_INT64_MAX */
+	NodeRange(node, &lo, &hi);
+	if (value > hi || (above && value == hi))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("%s %lld lies beyond node %d's range for sharded sequence \"%s\"",
+						what, (long long) value, node, seqname),
+				 errdetail("Node %d (sharded_seq.node_id) hands out values %lld to %lld.",
+						   node, (long long) lo, (long long) hi),
+				 above ?
+				 errhint("Pass the highest value of this node's range in use, such as (SELECT max(id) FROM t WHERE id BETWEEN %lld AND %lld): this node's values never reach higher nodes' ranges.",
+						 (long long) lo, (long long) hi) :
+				 errhint("Choose a start within that range, or leave start out.")));
+	if (value < lo)
+		return 0;
+	return value - lo + (above ? 1 : 0);
+}
+
+/*
+ * The view's positions: the value a local position stands for on this
+ * session's node, or NULL when it lies outside the node's range.
+ */
+PG_FUNCTION_INFO_V1(node_value);
+Datum
+node_value(PG_FUNCTION_ARGS)
+{
+	int64		local = PG_GETARG_INT64(0);
+	int32		node = SessionNodeId();
+	int64		lo;
+	int64		hi;
+
+	if (node == 0)
+		PG_RETURN_INT64(local);
+	NodeRange(node, &lo, &hi);
+	if (local < 0 || local > hi - lo)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(lo + local);
+}
+
+/* The node id this session draws values and writes counter rows as. */
+PG_FUNCTION_INFO_V1(node_id);
+Datum
+node_id(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(SessionNodeId());
+}
+
+/*
+ * Fired by logical replication's apply worker only (ENABLE REPLICA): a
+ * counter's configuration changed on another node.  The change must reach
+ * this node's sessions, which cache configuration until a relcache
+ * invalidation of counter_config says otherwise (E1); the administrative
+ * functions announce their own changes.
+ */
+PG_FUNCTION_INFO_V1(config_replicated);
+Datum
+config_replicated(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("sharded_seq.config_replicated() must be called as a trigger"),
+				 errhint("It is fired by logical replication on sharded_seq.counter_config; do not call it directly.")));
+	CacheInvalidateRelcache(trigdata->tg_relation);
+	return PointerGetDatum(NULL);
+}
