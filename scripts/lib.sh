@@ -93,6 +93,17 @@ bench_cluster() {
     db_create bench
 }
 
+# worker_settled DB: wait (up to 10 s) until the background worker has done
+# its first round in DB, so that a test that drives flushes by hand is not
+# raced by that round.
+worker_settled() {
+    for _ in $(seq 1 100); do
+        [ "$(psql -qXAt -d "$1" -c "SELECT count(*) FROM sharded_seq.workers WHERE database = '$1' AND last_flush_at IS NOT NULL" 2>/dev/null)" = 1 ] && return 0
+        sleep 0.1
+    done
+    echo "the background worker did not start in $1"; return 1
+}
+
 # memcached_start PORT: a throwaway memcached on 127.0.0.1:PORT.
 memcached_start() {
     local user=()

@@ -34,6 +34,8 @@ sharded_seq.counter_flush_interval = 3600
 CONF
 cluster_start
 db_create stress
+# its first round flushes memcached counters; after it, an hour goes by
+worker_settled stress
 
 fail() { echo "FAILED: $*"; exit 1; }
 ok() { echo "RESULT ok: $*"; }
@@ -175,6 +177,7 @@ if want 4; then
 echo "== 4. DROP and CREATE EXTENSION with keys of the old install in memcached"
 psql -qX -d postgres -c "CREATE DATABASE reinstall" >/dev/null
 DB=reinstall q "CREATE EXTENSION sharded_seq"
+worker_settled reinstall
 setup_objects() {
     DB=reinstall q "SELECT sharded_seq.create_sequence('ms', tier => 'memcached', block => 200)" >/dev/null
     DB=reinstall q "SELECT sharded_seq.create_counter('bc', mode => 'memcached')" >/dev/null
