@@ -643,6 +643,8 @@ FlushBuffered(int32 counter_id, const char *name, bool wait)
 
 	if (amount == 0)
 		return 0;
+	/* see rows this command already changed (a flush of both kinds, say) */
+	CommandCounterIncrement();
 	if (wait)
 		gone = !CounterApply(counter_id, shard, amount, name, NULL, 0);
 	else

@@ -527,6 +527,8 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 	}
 	gb->next = GiveBacks;
 	GiveBacks = gb;
+	/* see rows this command already changed (a flush of both kinds, say) */
+	CommandCounterIncrement();
 	if (!CounterApply(counter_id, shard, amount, name, NULL, 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),

@@ -745,6 +745,8 @@ sharded_seq_worker_main(Datum arg)
 	pgstat_report_appname("sharded_seq worker");
 	/* a flush is durable here; waiting for a standby could hold up shutdown */
 	SetConfigOption("synchronous_commit", "local", PGC_SUSET, PGC_S_OVERRIDE);
+	/* a database's own defaults may not stop it from writing */
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	/* a flush waits for a row lock at most this long, then tries next round */
 	SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE);
 	/* it runs as a superuser: nothing of a database owner's may be resolved */
@@ -833,6 +835,8 @@ PauseWorker(Oid dbid)
 	return true;
 }
 
+static Oid	PausedHere = InvalidOid;	/* paused by this backend, not resumed yet */
+
 static void
 ResumeWorker(Oid dbid)
 {
@@ -843,7 +847,16 @@ ResumeWorker(Oid dbid)
 	if (db != NULL)
 		db->paused_until = 0;
 	LWLockRelease(Shared->lock);
+	PausedHere = InvalidOid;
 	WakeLauncher();
+}
+
+/* A backend that dies in the middle of the command (FATAL) lets the worker back. */
+static void
+ResumeAtExit(int code, Datum arg)
+{
+	if (OidIsValid(PausedHere) && Shared != NULL)
+		ResumeWorker(PausedHere);
 }
 
 /* The database a command needs to itself, or InvalidOid. */
@@ -894,6 +907,15 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	Node	   *stmt = pstmt->utilityStmt;
 	Oid			alone = DatabaseNeededAlone(stmt);
 	bool		paused = PauseWorker(alone);
+	static bool exit_callback = false;
+
+	if (paused)
+	{
+		if (!exit_callback)
+			before_shmem_exit(ResumeAtExit, (Datum) 0);
+		exit_callback = true;
+		PausedHere = alone;
+	}
 
 	PG_TRY();
 	{
