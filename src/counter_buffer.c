@@ -69,6 +69,7 @@ typedef struct BufferShared
 	int			nslots;
 	pg_atomic_uint64 refused;	/* commits that found the table full */
 	int			used;			/* slots in use; under the lock */
+	pg_atomic_uint32 foreign_rows;	/* shard rows were written outside the engine */
 	pg_atomic_uint64 layout[LAYOUT_BUCKETS];
 	BufferSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } BufferShared;
@@ -114,6 +115,7 @@ SlotsShmemInit(void)
 		Shared->lock = &(GetNamedLWLockTranche("sharded_seq buffered"))->lock;
 		Shared->nslots = BufferedSlots;
 		Shared->used = 0;
+		pg_atomic_init_u32(&Shared->foreign_rows, 0);
 		pg_atomic_init_u64(&Shared->refused, 0);
 		for (int i = 0; i < LAYOUT_BUCKETS; i++)
 			pg_atomic_init_u64(&Shared->layout[i], 0);
@@ -744,4 +746,23 @@ LayoutXactEnd(bool prepared)
 	for (int i = 0; i < NChanging; i++)
 		pg_atomic_fetch_add_u64(Changing[i], prepared ? LAYOUT_COUNT_ONE : LAYOUT_COUNT_ONE - 1);
 	NChanging = 0;
+}
+
+/*
+ * Rows of counter_shards written outside the engine (replication, by hand):
+ * remembered row places are no longer trusted, for the server's life.  Set
+ * before such a change can be seen; without shared memory, each session
+ * relies on the relcache invalidation that comes with it.
+ */
+void
+NoteForeignRows(void)
+{
+	if (Shared != NULL)
+		pg_atomic_write_u32(&Shared->foreign_rows, 1);
+}
+
+bool
+ForeignRowsSeen(void)
+{
+	return Shared != NULL && pg_atomic_read_u32(&Shared->foreign_rows) != 0;
 }

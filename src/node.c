@@ -238,6 +238,9 @@ NodeRowsAlone(void)
 
 	if (SessionNodeId() != 0)
 		return false;
+	/* rows were written here from outside the engine: replication, by hand */
+	if (ForeignRowsSeen())
+		return false;
 	if (checked_epoch != ConfigEpoch)
 	{
 		alone = true;
@@ -368,6 +371,42 @@ config_replicated(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("sharded_seq.config_replicated() must be called as a trigger"),
 				 errhint("It is fired by logical replication on sharded_seq.counter_config; do not call it directly.")));
+	CacheInvalidateRelcache(trigdata->tg_relation);
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * Fired for every row inserted into or deleted from counter_shards, or a
+ * claim changed, other than by the engine (which writes the heap directly):
+ * logical replication's apply worker, or a superuser by hand.  Before the
+ * change can be seen, sessions are told that rows may now come and go
+ * behind their back (no read from remembered places any more, in this
+ * server's life when preloaded), and a changed claim is checked again.
+ */
+PG_FUNCTION_INFO_V1(rows_changed_elsewhere);
+Datum
+rows_changed_elsewhere(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("sharded_seq.rows_changed_elsewhere() must be called as a trigger"),
+				 errhint("It is fired by changes to sharded_seq.counter_shards and sharded_seq.node_claims; do not call it directly.")));
+	/* the engine's own statements run as the owner, restricted (BeginAsOwner) */
+	if (!(InSecurityRestrictedOperation() && GetUserId() == ExtensionOwner()))
+		NoteForeignRows();
+	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) &&
+		RelationGetRelid(trigdata->tg_relation) == ConfigRelid("counter_shards"))
+	{
+		HeapTuple	tup = trigdata->tg_trigtuple;
+		bool		isnull;
+		Datum		id = heap_getattr(tup, 1, RelationGetDescr(trigdata->tg_relation), &isnull);
+
+		if (!isnull)
+			LayoutChanging(DatumGetInt32(id));
+	}
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	return PointerGetDatum(NULL);
 }

@@ -266,6 +266,8 @@ extern uint64 LayoutWord(int32 counter_id);
 extern bool LayoutSettled(uint64 word);
 extern void LayoutChanging(int32 counter_id);
 extern void LayoutXactEnd(bool prepared);
+extern void NoteForeignRows(void);
+extern bool ForeignRowsSeen(void);
 
 /* worker.c: the launcher and one worker per database */
 extern void WorkerRegister(void);
