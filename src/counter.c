@@ -491,6 +491,7 @@ CounterXactCallback(XactEvent event, void *arg)
 			LayoutXactEnd(false);
 			BufferXactCommit();
 			BufferAtCommit();
+			WorkerXactEnd();
 			break;
 		case XACT_EVENT_PREPARE:
 			Pending = NULL;
@@ -498,6 +499,7 @@ CounterXactCallback(XactEvent event, void *arg)
 			LayoutXactEnd(true);
 			BufferXactCommit();	/* nothing was reserved or taken */
 			BufferAtCommit();	/* nothing was buffered: only leftovers are kept */
+			WorkerXactEnd();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
@@ -506,6 +508,7 @@ CounterXactCallback(XactEvent event, void *arg)
 			LayoutXactEnd(false);
 			BufferXactAbort();
 			BufferAtAbort();
+			WorkerXactEnd();
 			break;
 		default:
 			break;

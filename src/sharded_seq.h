@@ -275,6 +275,7 @@ extern Size WorkerShmemSize(void);
 extern void WorkerShmemInit(void);
 extern void WorkerUtilityInit(void);
 extern void WorkerNoteDatabase(void);
+extern void WorkerXactEnd(void);
 extern bool WorkerFlushesMyMemcached(void);
 extern bool WorkerAcceptingHere(void);
 

@@ -141,17 +141,33 @@ WakeLauncher(void)
 		SetLatch(Shared->launcher_latch);
 }
 
+static bool NotePending = false;
+
 /*
- * This database has the extension (committed, as far as the caller knows):
- * make sure it gets a worker.  Each call counts, so that a worker that found
- * no extension a moment before does not give the database up.
+ * This database has the extension: make sure it gets a worker, once this
+ * transaction ends (a CREATE EXTENSION is seen by the worker only after its
+ * commit; an aborted one costs a worker start that finds nothing).
  */
 void
 WorkerNoteDatabase(void)
 {
+	NotePending = true;
+}
+
+/*
+ * At the end of every transaction: tell the launcher.  Each note counts, so
+ * that a worker that found no extension a moment before does not give the
+ * database up.  Only shared memory and a latch: safe after commit.
+ */
+void
+WorkerXactEnd(void)
+{
 	WorkerDb   *db;
 	bool		wake = false;
 
+	if (!NotePending)
+		return;
+	NotePending = false;
 	if (Shared == NULL || !OidIsValid(MyDatabaseId))
 		return;
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
