@@ -16,3 +16,6 @@ endif
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# every object depends on the shared headers (PGXS tracks no header changes)
+$(OBJS): src/sharded_seq.h src/compat.h

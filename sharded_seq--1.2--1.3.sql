@@ -145,7 +145,7 @@ VALUES ('sharded_seq.counter_config'::pg_catalog.regclass),
 $$;
 COMMENT ON FUNCTION sharded_seq.replicated_tables() IS 'the extension''s tables a multi-primary replication group must publish; nothing node-local';
 
--- Rows of counter_shards inserted or deleted, and claims changed, other than
+-- Rows of counter_shards written, and claims changed, other than
 -- by the engine (logical replication's apply worker, a superuser by hand):
 -- sessions stop reading rows from remembered places, and check claims again.
 -- ENABLE ALWAYS: it fires in the apply worker too.
@@ -155,7 +155,7 @@ LANGUAGE C
 AS 'MODULE_PATHNAME', 'rows_changed_elsewhere';
 REVOKE ALL ON FUNCTION sharded_seq.rows_changed_elsewhere() FROM PUBLIC;
 CREATE TRIGGER rows_changed_elsewhere
- AFTER INSERT OR DELETE ON sharded_seq.counter_shards
+ AFTER INSERT OR UPDATE OR DELETE ON sharded_seq.counter_shards
  FOR EACH ROW EXECUTE FUNCTION sharded_seq.rows_changed_elsewhere();
 ALTER TABLE sharded_seq.counter_shards ENABLE ALWAYS TRIGGER rows_changed_elsewhere;
 CREATE TRIGGER rows_truncated_elsewhere

@@ -182,21 +182,30 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
 		!TransactionIdDidCommit(place->config_xmin))
 		return false;
-	if (place->shards == 0)
+
+	/*
+	 * Kept rows and total: the word is read after the snapshot was taken, so
+	 * a change the snapshot sees has moved it (every insert, update and
+	 * delete of a shard row marks it first).  And the snapshot must see
+	 * everything the rows were seen with: every transaction below that
+	 * snapshot's xmax has ended before this one was taken.
+	 */
+	if (place->cached && LayoutWord(place->counter_id) == place->layout &&
+		TransactionIdFollowsOrEquals(snapshot->xmin, place->seen_xmax))
 	{
-		/*
-		 * The word is read after the snapshot was taken, so a change it
-		 * sees has moved the word.  And the snapshot must see everything the
-		 * rows were seen with: every transaction below that snapshot's xmax
-		 * has ended before this one was taken.
-		 */
-		if (LayoutWord(place->counter_id) != place->layout ||
-			!TransactionIdFollowsOrEquals(snapshot->xmin, place->seen_xmax))
-			return false;
-		n = place->nroots;
+		*sum = place->sum;
+		if (refs)
+		{
+			*refs = palloc(Max(place->nroots, 1) * sizeof(ShardRef));
+			memcpy(*refs, place->refs, place->nroots * sizeof(ShardRef));
+			*nrefs = place->nroots;
+		}
+		return true;
 	}
-	else
-		n = place->shards;
+	/* otherwise only a pinned counter's rows can be found without the index */
+	if (place->shards == 0)
+		return false;
+	n = place->shards;
 	if (refs)
 		found = palloc(Max(n, 1) * sizeof(ShardRef));
 	*sum = 0;
@@ -259,9 +268,13 @@ ForgetRows(CounterPlace *place)
 		pfree(place->roots);
 	if (place->root_shards)
 		pfree(place->root_shards);
+	if (place->refs)
+		pfree(place->refs);
 	place->roots = NULL;
 	place->root_shards = NULL;
+	place->refs = NULL;
 	place->nroots = 0;
+	place->cached = false;
 }
 
 /*
@@ -314,31 +327,44 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 	if (!ok)
 		ForgetRows(place);
 	else
+	{
 		place->nroots = n;
+		place->refs = MemoryContextAlloc(TopMemoryContext, Max(n, 1) * sizeof(ShardRef));
+		memcpy(place->refs, refs, n * sizeof(ShardRef));
+	}
 }
 
 /*
- * An adaptive counter's rows, seen again with a snapshot taken after its
- * layout word was read while nobody was changing it, so that they are all
- * its rows for as long as the word stays.  Only with shared memory.
+ * Keep a counter's rows and total, seen again with a snapshot taken after
+ * its layout word was read while nobody was changing its rows, so that they
+ * stay its rows and total for as long as the word stays.  Only with shared
+ * memory, and only once the word held still between two reads: a counter
+ * whose rows change all the time is not worth a second scan.
  */
 static void
-RememberAdaptiveRows(Relation rel, CounterPlace *place)
+KeepRows(Relation rel, CounterPlace *place)
 {
 	uint64		word = LayoutWord(place->counter_id);
+	bool		still = word == place->last_word;
 	Snapshot	snapshot;
 	ShardRef   *refs = NULL;
 	int			n = 0;
 	int			nall = 0;
+	int128		sum;
 
-	ForgetRows(place);
-	if (!LayoutSettled(word) || !NodeRowsAlone())
+	place->last_word = word;
+	if (!LayoutSettled(word) || !still || !NodeRowsAlone() || IsolationIsSerializable())
 		return;
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	(void) ScanShards(rel, place->counter_id, snapshot, 0, &refs, &n, &nall);
+	sum = ScanShards(rel, place->counter_id, snapshot, 0, &refs, &n, &nall);
 	RememberRows(rel, place, refs, nall == n ? n : -1);
-	place->layout = word;
-	place->seen_xmax = snapshot->xmax;
+	if (place->roots != NULL)
+	{
+		place->cached = true;
+		place->sum = sum;
+		place->layout = word;
+		place->seen_xmax = snapshot->xmax;
+	}
 	UnregisterSnapshot(snapshot);
 }
 
@@ -369,11 +395,13 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 		sum = ScanShards(rel, counter_id, GetActiveSnapshot(),
 						 SessionNodeId() * NODE_SHARDS, refs, nrefs, &nall);
 		/* only rows that are all this node's can be read from their places */
-		if (place && place->shards != 0 && refs)
+		if (place && LayoutWord(counter_id) != LAYOUT_UNKNOWN)
+			KeepRows(rel, place);
+		else if (place && place->shards != 0 && refs)
 			RememberRows(rel, place, *refs, nall == *nrefs ? *nrefs : -1);
-		else if (place && place->shards == 0 && !IsolationIsSerializable())
-			RememberAdaptiveRows(rel, place);
 	}
+	else if (place && !place->cached && LayoutWord(counter_id) != LAYOUT_UNKNOWN)
+		KeepRows(rel, place);	/* read from the rows' places: keep the total too */
 	if (pushed)
 		PopActiveSnapshot();
 	table_close(rel, AccessShareLock);
@@ -542,6 +570,8 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		values[Anum_shard_value - 1] = Int64GetDatum(newvalue);
 		newtup = heap_form_tuple(desc, values, nulls);
 
+		/* readers that keep the total must see it move before it does */
+		LayoutChanging(counter_id);
 		result = ShardedHeapUpdate(rel, &tid, newtup, GetCurrentCommandId(true),
 								   InvalidSnapshot, wait, &tmfd, &lockmode, &indexes);
 		if (result == TM_Ok && indexes != INDEX_UPDATE_NONE)

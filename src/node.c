@@ -376,8 +376,8 @@ config_replicated(PG_FUNCTION_ARGS)
 }
 
 /*
- * Fired for every row inserted into or deleted from counter_shards, or a
- * claim changed, other than by the engine (which writes the heap directly):
+ * Fired for every row of counter_shards written, or a claim changed, other
+ * than by the engine (which writes the heap directly, or acts as the owner):
  * logical replication's apply worker, or a superuser by hand.  Before the
  * change can be seen, sessions are told that rows may now come and go
  * behind their back (no read from remembered places any more, in this

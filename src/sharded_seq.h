@@ -188,11 +188,15 @@ typedef struct CounterPlace
 	TransactionId config_xmin;	/* the counter_config row version loaded */
 	ItemPointerData *roots;		/* in TopMemoryContext, or NULL: pinned, by
 								 * shard; adaptive, matching root_shards */
-	/* adaptive counters only, with shared memory (counter_buffer.c) */
 	int			nroots;
-	int32	   *root_shards;	/* in TopMemoryContext, or NULL */
+	int32	   *root_shards;	/* adaptive: the shard of each root, or NULL */
+	/* with shared memory (counter_buffer.c): the rows and their total, kept */
+	bool		cached;
 	uint64		layout;			/* LayoutWord() when the rows were seen */
 	TransactionId seen_xmax;	/* xmax of the snapshot they were seen with */
+	int128		sum;
+	ShardRef   *refs;			/* in TopMemoryContext, nroots of them */
+	uint64		last_word;		/* the word at the previous read */
 } CounterPlace;
 
 extern void ForgetRows(CounterPlace *place);

@@ -7,7 +7,9 @@
 #      held adds a second one; R must count it;
 #   2. an older snapshot: R, in REPEATABLE READ, read two rows; maintain()
 #      folds them into one and R (same transaction) remembers the new layout
-#      with a fresh snapshot; R's own snapshot must not be read through it.
+#      with a fresh snapshot; R's own snapshot must not be read through it;
+#   3. R keeps a counter's rows and total (adaptive and pinned); another
+#      session's increment must show in R's next read.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -77,5 +79,20 @@ echo "RESULT R's snapshot from before the fold reads: $got(want 30 30 30)"
 [ "$got" = "30 30 30 " ] || fail "R read through rows remembered with a newer snapshot"
 session_send R "COMMIT; SELECT counter_value('f');"
 [ "$(last_value R)" = 130 ] || fail "R after COMMIT reads $(last_value R), not 130"
+
+echo "== 3. an increment after R kept the rows and their total"
+q "SELECT counter_incr('k', 3)" >/dev/null
+q "SELECT sharded_seq.create_counter('kp', shards => 4)" >/dev/null
+q "SELECT counter_incr('kp', 3)" >/dev/null
+for c in k kp; do
+    # three reads: the second keeps the rows and total, the third uses them
+    session_send R "SELECT counter_value('$c'); SELECT counter_value('$c'); SELECT counter_value('$c');"
+    [ "$(last_value R)" = 3 ] || fail "R reads $c as $(last_value R), not 3"
+    q "SELECT counter_incr('$c', 4)" >/dev/null
+    session_send R "SELECT counter_value('$c');"
+    got="$(last_value R)"
+    echo "RESULT $c after another session's increment, R reads $got (want 7)"
+    [ "$got" = 7 ] || fail "R read $c from a total kept before an increment"
+done
 session_close R
 echo "remembered rows test passed"
