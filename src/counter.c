@@ -102,7 +102,32 @@ typedef struct PendingCounter
 	char		name[NAMEDATALEN];
 } PendingCounter;
 
-static HTAB *Pending = NULL;	/* in TopTransactionContext, or NULL */
+/*
+ * In TopMemoryContext, made once per backend and emptied at the end of each
+ * transaction (its frames live in TopTransactionContext): making a hash
+ * table per transaction cost more than an increment.  NULL until first use.
+ */
+static HTAB *Pending = NULL;
+
+static bool
+PendingEmpty(void)
+{
+	return Pending == NULL || hash_get_num_entries(Pending) == 0;
+}
+
+/* At the end of a transaction: forget its increments (no allocation here). */
+static void
+ClearPending(void)
+{
+	HASH_SEQ_STATUS status;
+	PendingCounter *pc;
+
+	if (PendingEmpty())
+		return;
+	hash_seq_init(&status, Pending);
+	while ((pc = hash_seq_search(&status)) != NULL)
+		(void) hash_search(Pending, &pc->key, HASH_REMOVE, NULL);
+}
 
 /* Counters this transaction dropped, by the subtransaction that did it. */
 typedef struct DroppedCounter
@@ -131,7 +156,7 @@ PendingAmount(int32 counter_id)
 	PendingKey	key;
 	PendingCounter *pc;
 
-	if (Pending == NULL)
+	if (PendingEmpty())
 		return 0;
 	memset(&key, 0, sizeof(key));
 	key.install = ConfigRelid("counter_config");
@@ -154,7 +179,7 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 
 		ctl.keysize = sizeof(PendingKey);
 		ctl.entrysize = sizeof(PendingCounter);
-		ctl.hcxt = TopTransactionContext;
+		ctl.hcxt = TopMemoryContext;
 		Pending = hash_create("sharded_seq pending increments", 16, &ctl,
 							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
@@ -423,7 +448,7 @@ ApplyPending(bool preparing)
 				 errmsg("cannot PREPARE a transaction that has flushed buffered counters"),
 				 errdetail("The amounts it took from memcached or shared memory could not be given back by ROLLBACK PREPARED."),
 				 errhint("Call sharded_seq.flush_counters() in a transaction of its own.")));
-	if (Pending == NULL)
+	if (PendingEmpty())
 		return;					/* leftovers ride only with counter work */
 
 	/*
@@ -470,7 +495,7 @@ ApplyPending(bool preparing)
 	}
 	if (!preparing)
 		ApplyLeftovers();
-	Pending = NULL;
+	ClearPending();
 }
 
 static void
@@ -486,7 +511,7 @@ CounterXactCallback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			Pending = NULL;		/* its memory goes with TopTransactionContext */
+			ClearPending();		/* its frames go with TopTransactionContext */
 			Dropped = NULL;
 			LayoutXactEnd(false);
 			BufferXactCommit();
@@ -494,7 +519,7 @@ CounterXactCallback(XactEvent event, void *arg)
 			WorkerXactEnd();
 			break;
 		case XACT_EVENT_PREPARE:
-			Pending = NULL;
+			ClearPending();
 			Dropped = NULL;
 			LayoutXactEnd(true);
 			BufferXactCommit();	/* nothing was reserved or taken */
@@ -503,7 +528,7 @@ CounterXactCallback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			Pending = NULL;
+			ClearPending();
 			Dropped = NULL;
 			LayoutXactEnd(false);
 			BufferXactAbort();
@@ -544,7 +569,7 @@ CounterSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 		link = &d->next;
 	}
 
-	if (Pending == NULL)
+	if (PendingEmpty())
 		return;
 	hash_seq_init(&status, Pending);
 	while ((pc = hash_seq_search(&status)) != NULL)

@@ -183,26 +183,7 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 		!TransactionIdDidCommit(place->config_xmin))
 		return false;
 
-	/*
-	 * Kept rows and total: the word is read after the snapshot was taken, so
-	 * a change the snapshot sees has moved it (every insert, update and
-	 * delete of a shard row marks it first).  And the snapshot must see
-	 * everything the rows were seen with: every transaction below that
-	 * snapshot's xmax has ended before this one was taken.
-	 */
-	if (place->cached && LayoutWord(place->counter_id) == place->layout &&
-		TransactionIdFollowsOrEquals(snapshot->xmin, place->seen_xmax))
-	{
-		*sum = place->sum;
-		if (refs)
-		{
-			*refs = palloc(Max(place->nroots, 1) * sizeof(ShardRef));
-			memcpy(*refs, place->refs, place->nroots * sizeof(ShardRef));
-			*nrefs = place->nroots;
-		}
-		return true;
-	}
-	/* otherwise only a pinned counter's rows can be found without the index */
+	/* only a pinned counter's rows can be found without the index */
 	if (place->shards == 0)
 		return false;
 	n = place->shards;
@@ -373,10 +354,40 @@ KeepRows(Relation rel, CounterPlace *place)
  * also where each shard row is (palloc'd in the current context).  place,
  * if given, remembers where the rows are, to skip the index next time.
  */
+/*
+ * The total kept with a counter's rows, if it still holds for this snapshot:
+ * the word is read after the snapshot was taken, so a change the snapshot
+ * sees has moved it (every insert, update and delete of a shard row marks it
+ * first).  And the snapshot must see everything the rows were seen with:
+ * every transaction below that snapshot's xmax has ended before this one was
+ * taken.  No buffer, not even the table, is touched.
+ */
+static bool
+ReadKeptTotal(CounterPlace *place, Snapshot snapshot, int128 *sum,
+			  ShardRef **refs, int *nrefs)
+{
+	if (place == NULL || !place->cached || IsolationIsSerializable() ||
+		!NodeRowsAlone() ||
+		!TransactionIdIsValid(place->config_xmin) ||
+		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
+		!TransactionIdDidCommit(place->config_xmin) ||
+		LayoutWord(place->counter_id) != place->layout ||
+		!TransactionIdFollowsOrEquals(snapshot->xmin, place->seen_xmax))
+		return false;
+	*sum = place->sum;
+	if (refs)
+	{
+		*refs = palloc(Max(place->nroots, 1) * sizeof(ShardRef));
+		memcpy(*refs, place->refs, place->nroots * sizeof(ShardRef));
+		*nrefs = place->nroots;
+	}
+	return true;
+}
+
 int128
 CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 {
-	Relation	rel = table_open(ConfigRelid("counter_shards"), AccessShareLock);
+	Relation	rel;
 	bool		pushed = false;
 	int128		sum;
 	ShardRef   *local = NULL;
@@ -388,6 +399,13 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pushed = true;
 	}
+	if (ReadKeptTotal(place, GetActiveSnapshot(), &sum, refs, nrefs))
+	{
+		if (pushed)
+			PopActiveSnapshot();
+		return sum;
+	}
+	rel = table_open(ConfigRelid("counter_shards"), AccessShareLock);
 	if (!ReadKnownRows(rel, place, GetActiveSnapshot(), &sum, refs, nrefs))
 	{
 		if (place && !refs)
