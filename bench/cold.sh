@@ -21,6 +21,9 @@ N="${3:-20000}"
 source scripts/lib.sh
 bench_cluster "$(mktemp -d /tmp/ss_bench.XXXXXX)"
 q() { psql -qXAt -d bench -c "$@"; }
+# preloaded, as a production server runs it: kept totals need shared memory
+q "ALTER SYSTEM SET shared_preload_libraries = 'sharded_seq'" >/dev/null
+as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$CLUSTER_DIR/server.log" -m fast -w restart >/dev/null
 
 ours_bytes() {
     q "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c

@@ -394,9 +394,13 @@ rows_changed_elsewhere(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("sharded_seq.rows_changed_elsewhere() must be called as a trigger"),
 				 errhint("It is fired by changes to sharded_seq.counter_shards and sharded_seq.node_claims; do not call it directly.")));
-	/* the engine's own statements run as the owner, restricted (BeginAsOwner) */
-	if (!(InSecurityRestrictedOperation() && GetUserId() == ExtensionOwner()))
-		NoteForeignRows();
+	/*
+	 * The engine's own statements run as the owner, restricted (BeginAsOwner),
+	 * and mark what they change themselves.
+	 */
+	if (InSecurityRestrictedOperation() && GetUserId() == ExtensionOwner())
+		return PointerGetDatum(NULL);
+	NoteForeignRows();
 	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) &&
 		RelationGetRelid(trigdata->tg_relation) == ConfigRelid("counter_shards"))
 	{

@@ -788,9 +788,23 @@ sharded_seq_worker_main(Datum arg)
 			LWLockRelease(Shared->lock);
 			proc_exit(0);
 		}
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 CounterFlushInterval * 1000L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
+		/* a latch set for other reasons (catch-up interrupts) is no round */
+		{
+			TimestampTz next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														   CounterFlushInterval * 1000L);
+
+			while (!got_sigterm && !ConfigReloadPending)
+			{
+				long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next);
+
+				if (left <= 0)
+					break;
+				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+								 left, PG_WAIT_EXTENSION);
+				ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+			}
+		}
 	}
 	FinalFlush();
 	proc_exit(0);
