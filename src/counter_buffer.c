@@ -21,6 +21,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -697,11 +698,14 @@ LayoutBucket(int32 counter_id)
 	return &Shared->layout[h % LAYOUT_BUCKETS];
 }
 
-/* The counter's layout word, or LAYOUT_UNKNOWN without shared memory. */
+/*
+ * The counter's layout word, or LAYOUT_UNKNOWN without shared memory, or on
+ * a standby: WAL replay changes rows without marking any word.
+ */
 uint64
 LayoutWord(int32 counter_id)
 {
-	if (Shared == NULL)
+	if (Shared == NULL || RecoveryInProgress())
 		return LAYOUT_UNKNOWN;
 	return pg_atomic_read_u64(LayoutBucket(counter_id));
 }
@@ -737,6 +741,39 @@ LayoutChanging(int32 counter_id)
 	}
 	Changing[NChanging++] = bucket;
 	pg_atomic_fetch_add_u64(bucket, LAYOUT_COUNT_ONE + 1);
+}
+
+/*
+ * Before COMMIT PREPARED or ROLLBACK PREPARED: the prepared transaction may
+ * come from before a restart, when no word knew of it, and its changes
+ * become visible now.  Mark every word, as a change to every counter would,
+ * until this transaction ends.
+ */
+void
+LayoutChangingAll(void)
+{
+	if (Shared == NULL)
+		return;
+	if (ChangingSize < NChanging + LAYOUT_BUCKETS)
+	{
+		int			size = NChanging + LAYOUT_BUCKETS;
+
+		Changing = Changing
+			? repalloc(Changing, size * sizeof(pg_atomic_uint64 *))
+			: MemoryContextAlloc(TopMemoryContext, size * sizeof(pg_atomic_uint64 *));
+		ChangingSize = size;
+	}
+	for (int i = 0; i < LAYOUT_BUCKETS; i++)
+	{
+		bool		listed = false;
+
+		for (int j = 0; j < NChanging && !listed; j++)
+			listed = Changing[j] == &Shared->layout[i];
+		if (listed)
+			continue;
+		Changing[NChanging++] = &Shared->layout[i];
+		pg_atomic_fetch_add_u64(&Shared->layout[i], LAYOUT_COUNT_ONE + 1);
+	}
 }
 
 /* At the end of the transaction (after its commit is visible), or at PREPARE. */

@@ -270,6 +270,7 @@ extern uint64 LayoutWord(int32 counter_id);
 extern bool LayoutSettled(uint64 word);
 extern void LayoutChanging(int32 counter_id);
 extern void LayoutXactEnd(bool prepared);
+extern void LayoutChangingAll(void);
 extern void NoteForeignRows(void);
 extern bool ForeignRowsSeen(void);
 

@@ -935,10 +935,17 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 			  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
 	Node	   *stmt = pstmt->utilityStmt;
-	Oid			alone = DatabaseNeededAlone(stmt);
-	bool		paused = PauseWorker(alone);
+	Oid			alone;
+	bool		paused;
 	static bool exit_callback = false;
 
+	/* a prepared transaction's changes become visible: no kept total may hide them */
+	if (IsA(stmt, TransactionStmt) &&
+		(((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED ||
+		 ((TransactionStmt *) stmt)->kind == TRANS_STMT_ROLLBACK_PREPARED))
+		LayoutChangingAll();
+	alone = DatabaseNeededAlone(stmt);
+	paused = PauseWorker(alone);
 	if (paused)
 	{
 		if (!exit_callback)
