@@ -159,6 +159,16 @@ SlotIs(BufferSlot *s, Oid dbid, Oid install, int32 counter_id)
 	return s->counter_id == counter_id && s->install == install && s->dbid == dbid;
 }
 
+/* Is a slot in use by this database (read without the lock)? */
+static bool
+SlotHere(BufferSlot *s)
+{
+	if (pg_atomic_read_u32(&s->state) != SLOT_USED)
+		return false;
+	pg_read_barrier();			/* the key was written before the state */
+	return s->dbid == MyDatabaseId;
+}
+
 /* The slot of a counter, or NULL; with no lock, so it may be freed at once. */
 static BufferSlot *
 FindSlot(Oid dbid, Oid install, int32 counter_id)
@@ -360,10 +370,7 @@ BufferCounters(Oid install, int32 **ids)
 	{
 		BufferSlot *s = &Shared->slots[i];
 
-		if (pg_atomic_read_u32(&s->state) != SLOT_USED)
-			continue;
-		pg_read_barrier();
-		if (s->dbid == MyDatabaseId && s->install == install)
+		if (SlotHere(s) && s->install == install)
 			(*ids)[n++] = s->counter_id;
 	}
 	return n;
@@ -460,7 +467,7 @@ BufferFreeIdle(Oid install)
 	{
 		BufferSlot *s = &Shared->slots[i];
 
-		if (pg_atomic_read_u32(&s->state) != SLOT_USED || s->dbid != MyDatabaseId)
+		if (!SlotHere(s))
 			continue;
 		if (s->install != install)
 		{
@@ -509,8 +516,7 @@ BufferPinnedHere(void)
 	{
 		BufferSlot *s = &Shared->slots[i];
 
-		if (pg_atomic_read_u32(&s->state) == SLOT_USED && s->dbid == MyDatabaseId &&
-			pg_atomic_read_u32(&s->pins) != 0)
+		if (SlotHere(s) && pg_atomic_read_u32(&s->pins) != 0)
 			return true;
 	}
 	return false;
@@ -527,7 +533,7 @@ BufferReportLeft(void)
 		BufferSlot *s = &Shared->slots[i];
 		uint64		left;
 
-		if (pg_atomic_read_u32(&s->state) != SLOT_USED || s->dbid != MyDatabaseId)
+		if (!SlotHere(s))
 			continue;
 		left = pg_atomic_read_u64(&s->pending);
 		if (left != 0)
@@ -699,13 +705,20 @@ LayoutBucket(int32 counter_id)
 }
 
 /*
- * The counter's layout word, or LAYOUT_UNKNOWN without shared memory, or on
- * a standby: WAL replay changes rows without marking any word.
+ * Are there layout words to keep totals by?  Not without shared memory, nor
+ * on a standby: WAL replay changes rows without marking any word.
  */
+bool
+LayoutWordsAvailable(void)
+{
+	return Shared != NULL && !RecoveryInProgress();
+}
+
+/* The counter's layout word, or LAYOUT_UNKNOWN where there are none. */
 uint64
 LayoutWord(int32 counter_id)
 {
-	if (Shared == NULL || RecoveryInProgress())
+	if (!LayoutWordsAvailable())
 		return LAYOUT_UNKNOWN;
 	return pg_atomic_read_u64(LayoutBucket(counter_id));
 }

@@ -155,15 +155,27 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot, int32 base,
 }
 
 /*
- * Read a counter's rows where they were last seen, without the index.  A
- * pinned counter's rows are shards 0 .. shards-1 for as long as the config
- * row loaded is visible to the snapshot (its last layout change), and the
- * primary key leaves no room for another visible row.  An adaptive
- * counter's remembered rows are all its rows while its layout word has not
- * moved, for a snapshot taken after they were seen.  Each row must still be
- * found on its HOT chain, as this snapshot sees it; false sends the caller
- * to the index.  Never where node ids are in use (NodeRowsAlone): other
- * nodes' rows of the counter may appear at any moment.
+ * May what a place remembers serve this snapshot at all?  Its config row
+ * version (the counter's last layout change) must be visible to it; never
+ * under SERIALIZABLE (reads must take predicate locks through the index), nor
+ * where node ids are in use (NodeRowsAlone): other nodes' rows of the counter
+ * may appear at any moment.
+ */
+static bool
+PlaceTrusted(CounterPlace *place, Snapshot snapshot)
+{
+	return place != NULL && !IsolationIsSerializable() && NodeRowsAlone() &&
+		TransactionIdIsValid(place->config_xmin) &&
+		!XidInMVCCSnapshot(place->config_xmin, snapshot) &&
+		TransactionIdDidCommit(place->config_xmin);
+}
+
+/*
+ * Read a pinned counter's rows where they were last seen, without the
+ * index: its rows are shards 0 .. shards-1 while its config row is trusted,
+ * and the primary key leaves no room for another visible row.  Each row
+ * must still be found on its HOT chain, as this snapshot sees it; false
+ * sends the caller to the index.
  */
 static bool
 ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
@@ -176,15 +188,8 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 	bool		ok = true;
 	int			n;
 
-	if (place == NULL || place->roots == NULL || IsolationIsSerializable() ||
-		!NodeRowsAlone() ||
-		!TransactionIdIsValid(place->config_xmin) ||
-		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
-		!TransactionIdDidCommit(place->config_xmin))
-		return false;
-
-	/* only a pinned counter's rows can be found without the index */
-	if (place->shards == 0)
+	if (place == NULL || place->shards == 0 || place->roots == NULL ||
+		!PlaceTrusted(place, snapshot))
 		return false;
 	n = place->shards;
 	if (refs)
@@ -194,7 +199,6 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 	nblocks = RelationGetNumberOfBlocks(rel);
 	for (int i = 0; i < n && ok; i++)
 	{
-		int32		shard = place->shards ? i : place->root_shards[i];
 		ItemPointerData tid = place->roots[i];
 		BlockNumber blk = ItemPointerGetBlockNumber(&tid);
 		HeapTupleData tup;
@@ -218,14 +222,14 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 		ok = ItemPointerGetOffsetNumber(&tid) <= PageGetMaxOffsetNumber(BufferGetPage(buf)) &&
 			heap_hot_search_buffer(&tid, rel, buf, snapshot, &tup, &all_dead, true) &&
 			DatumGetInt32(heap_getattr(&tup, Anum_shard_counter_id, desc, &isnull)) == place->counter_id &&
-			DatumGetInt32(heap_getattr(&tup, Anum_shard_shard, desc, &isnull)) == shard;
+			DatumGetInt32(heap_getattr(&tup, Anum_shard_shard, desc, &isnull)) == i;
 		if (!ok)
 			break;
 		tup.t_self = tid;
 		*sum += DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
 		if (found)
 		{
-			found[i].shard = shard;
+			found[i].shard = i;
 			found[i].tid = tid;
 			found[i].value = DatumGetInt64(heap_getattr(&tup, Anum_shard_value, desc, &isnull));
 		}
@@ -247,22 +251,21 @@ ForgetRows(CounterPlace *place)
 {
 	if (place->roots)
 		pfree(place->roots);
-	if (place->root_shards)
-		pfree(place->root_shards);
 	if (place->refs)
 		pfree(place->refs);
 	place->roots = NULL;
-	place->root_shards = NULL;
 	place->refs = NULL;
 	place->nroots = 0;
 	place->cached = false;
 }
 
 /*
- * Remember the root of each row's HOT chain, from an index scan's refs.  The
- * roots stay put while HOT updates move the row along its chain.
+ * Remember a counter's rows from a scan's refs (n < 0: they are not all of
+ * its rows) and, for a pinned counter, the root of each row's HOT chain,
+ * which stays put while HOT updates move the row along its chain.  Returns
+ * false, remembering nothing, if they cannot be used.
  */
-static void
+static bool
 RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 {
 	OffsetNumber *roots;
@@ -271,48 +274,47 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 
 	ForgetRows(place);
 	if ((place->shards != 0 && n != place->shards) || n < 0 || !NodeRowsAlone())
-		return;
-	place->roots = MemoryContextAllocZero(TopMemoryContext, Max(n, 1) * sizeof(ItemPointerData));
-	if (place->shards == 0)
-		place->root_shards = MemoryContextAllocZero(TopMemoryContext, Max(n, 1) * sizeof(int32));
-	roots = palloc(MaxHeapTuplesPerPage * sizeof(OffsetNumber));
-	for (int i = 0; i < n && ok; i++)
+		return false;
+	if (place->shards != 0)
 	{
-		int32		shard = refs[i].shard;
-		int			slot = place->shards ? shard : i;
-		BlockNumber blk = ItemPointerGetBlockNumber(&refs[i].tid);
-		OffsetNumber root;
+		place->roots = MemoryContextAllocZero(TopMemoryContext, n * sizeof(ItemPointerData));
+		roots = palloc(MaxHeapTuplesPerPage * sizeof(OffsetNumber));
+		for (int i = 0; i < n && ok; i++)
+		{
+			int32		shard = refs[i].shard;
+			BlockNumber blk = ItemPointerGetBlockNumber(&refs[i].tid);
+			OffsetNumber root;
 
-		if (place->shards && (shard < 0 || shard >= n || ItemPointerIsValid(&place->roots[slot])))
-		{
-			ok = false;
-			break;
+			if (shard < 0 || shard >= n || ItemPointerIsValid(&place->roots[shard]))
+			{
+				ok = false;
+				break;
+			}
+			if (!BufferIsValid(buf) || BufferGetBlockNumber(buf) != blk)
+			{
+				if (BufferIsValid(buf))
+					UnlockReleaseBuffer(buf);
+				buf = ReadBuffer(rel, blk);
+				LockBuffer(buf, BUFFER_LOCK_SHARE);
+				heap_get_root_tuples(BufferGetPage(buf), roots);
+			}
+			root = roots[ItemPointerGetOffsetNumber(&refs[i].tid) - 1];
+			ok = OffsetNumberIsValid(root);
+			ItemPointerSet(&place->roots[shard], blk, root);
 		}
-		if (!BufferIsValid(buf) || BufferGetBlockNumber(buf) != blk)
+		if (BufferIsValid(buf))
+			UnlockReleaseBuffer(buf);
+		pfree(roots);
+		if (!ok)
 		{
-			if (BufferIsValid(buf))
-				UnlockReleaseBuffer(buf);
-			buf = ReadBuffer(rel, blk);
-			LockBuffer(buf, BUFFER_LOCK_SHARE);
-			heap_get_root_tuples(BufferGetPage(buf), roots);
+			ForgetRows(place);
+			return false;
 		}
-		root = roots[ItemPointerGetOffsetNumber(&refs[i].tid) - 1];
-		ok = OffsetNumberIsValid(root);
-		ItemPointerSet(&place->roots[slot], blk, root);
-		if (place->root_shards)
-			place->root_shards[i] = shard;
 	}
-	if (BufferIsValid(buf))
-		UnlockReleaseBuffer(buf);
-	pfree(roots);
-	if (!ok)
-		ForgetRows(place);
-	else
-	{
-		place->nroots = n;
-		place->refs = MemoryContextAlloc(TopMemoryContext, Max(n, 1) * sizeof(ShardRef));
-		memcpy(place->refs, refs, n * sizeof(ShardRef));
-	}
+	place->nroots = n;
+	place->refs = MemoryContextAlloc(TopMemoryContext, Max(n, 1) * sizeof(ShardRef));
+	memcpy(place->refs, refs, n * sizeof(ShardRef));
+	return true;
 }
 
 /*
@@ -338,8 +340,7 @@ KeepRows(Relation rel, CounterPlace *place)
 		return;
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	sum = ScanShards(rel, place->counter_id, snapshot, 0, &refs, &n, &nall);
-	RememberRows(rel, place, refs, nall == n ? n : -1);
-	if (place->roots != NULL)
+	if (RememberRows(rel, place, refs, nall == n ? n : -1))
 	{
 		place->cached = true;
 		place->sum = sum;
@@ -349,11 +350,6 @@ KeepRows(Relation rel, CounterPlace *place)
 	UnregisterSnapshot(snapshot);
 }
 
-/*
- * Sum of a counter's shards as the active snapshot sees them; with refs,
- * also where each shard row is (palloc'd in the current context).  place,
- * if given, remembers where the rows are, to skip the index next time.
- */
 /*
  * The total kept with a counter's rows, if it still holds for this snapshot:
  * the word is read after the snapshot was taken, so a change the snapshot
@@ -366,11 +362,7 @@ static bool
 ReadKeptTotal(CounterPlace *place, Snapshot snapshot, int128 *sum,
 			  ShardRef **refs, int *nrefs)
 {
-	if (place == NULL || !place->cached || IsolationIsSerializable() ||
-		!NodeRowsAlone() ||
-		!TransactionIdIsValid(place->config_xmin) ||
-		XidInMVCCSnapshot(place->config_xmin, snapshot) ||
-		!TransactionIdDidCommit(place->config_xmin) ||
+	if (place == NULL || !place->cached || !PlaceTrusted(place, snapshot) ||
 		LayoutWord(place->counter_id) != place->layout ||
 		!TransactionIdFollowsOrEquals(snapshot->xmin, place->seen_xmax))
 		return false;
@@ -384,6 +376,12 @@ ReadKeptTotal(CounterPlace *place, Snapshot snapshot, int128 *sum,
 	return true;
 }
 
+/*
+ * Sum of a counter's shards as the active snapshot sees them; with refs,
+ * also where each shard row is (palloc'd in the current context).  place,
+ * if given, keeps the rows and their total, or remembers where a pinned
+ * counter's rows are, to skip the index next time.
+ */
 int128
 CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 {
@@ -413,12 +411,12 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 		sum = ScanShards(rel, counter_id, GetActiveSnapshot(),
 						 SessionNodeId() * NODE_SHARDS, refs, nrefs, &nall);
 		/* only rows that are all this node's can be read from their places */
-		if (place && LayoutWord(counter_id) != LAYOUT_UNKNOWN)
+		if (place && LayoutWordsAvailable())
 			KeepRows(rel, place);
 		else if (place && place->shards != 0 && refs)
-			RememberRows(rel, place, *refs, nall == *nrefs ? *nrefs : -1);
+			(void) RememberRows(rel, place, *refs, nall == *nrefs ? *nrefs : -1);
 	}
-	else if (place && !place->cached && LayoutWord(counter_id) != LAYOUT_UNKNOWN)
+	else if (place && !place->cached && LayoutWordsAvailable())
 		KeepRows(rel, place);	/* read from the rows' places: keep the total too */
 	if (pushed)
 		PopActiveSnapshot();

@@ -186,10 +186,9 @@ typedef struct CounterPlace
 	int32		counter_id;
 	int32		shards;			/* pinned layout, or 0: adaptive */
 	TransactionId config_xmin;	/* the counter_config row version loaded */
-	ItemPointerData *roots;		/* in TopMemoryContext, or NULL: pinned, by
-								 * shard; adaptive, matching root_shards */
-	int			nroots;
-	int32	   *root_shards;	/* adaptive: the shard of each root, or NULL */
+	ItemPointerData *roots;		/* pinned: each shard's HOT root, in
+								 * TopMemoryContext, or NULL */
+	int			nroots;			/* rows remembered in refs */
 	/* with shared memory (counter_buffer.c): the rows and their total, kept */
 	bool		cached;
 	uint64		layout;			/* LayoutWord() when the rows were seen */
@@ -266,6 +265,7 @@ extern void BufferFreeGoneDatabases(const Oid *existing, int n);
 extern bool BufferPinnedHere(void);
 extern void BufferReportLeft(void);
 #define LAYOUT_UNKNOWN	PG_UINT64_MAX
+extern bool LayoutWordsAvailable(void);
 extern uint64 LayoutWord(int32 counter_id);
 extern bool LayoutSettled(uint64 word);
 extern void LayoutChanging(int32 counter_id);
