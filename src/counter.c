@@ -488,7 +488,12 @@ ApplyPending(bool preparing)
 		amount = (int64) item->amount;
 		/* a prepared commit may finish in another backend: it goes to the rows */
 		if (item->pending->mode == MODE_BUFFERED && !preparing &&
-			!DroppedInXact(item->counter_id) && BufferReserve(item->counter_id, amount))
+			!DroppedInXact(item->counter_id) && BufferReserve(item->counter_id, amount, false))
+			continue;
+		/* the worker forwards it to memcached, many commits in one request */
+		if (item->pending->mode == MODE_MEMCACHED && !preparing && (uint64) amount <= MC_MAX_DELTA &&
+			!DroppedInXact(item->counter_id) && MemcachedStagingHere() &&
+			BufferReserve(item->counter_id, amount, true))
 			continue;
 		if (!TryBuffer(item, amount, preparing))
 			ApplyToRows(item, amount);
@@ -600,8 +605,9 @@ CounterInit(void)
 /*
  * Stored total, plus what is committed but not yet in the rows, plus this
  * transaction's pending amount, plus delta; with refs, also where the shard
- * rows are.  The rows are read first: an amount a flush moves meanwhile is
- * then missed for a moment, never counted twice.
+ * rows are.  Each place is read before the place amounts come from (rows,
+ * memcached, shared memory): an amount moved meanwhile is then missed for a
+ * moment, never counted twice.
  */
 static int64
 VisibleTotal(CounterEntry *entry, int64 delta, bool read_memcached,
@@ -610,16 +616,18 @@ VisibleTotal(CounterEntry *entry, int64 delta, bool read_memcached,
 	int128		total = CounterSum(entry->id, &entry->place, refs, nrefs) + PendingAmount(entry->id) + delta;
 	int64		waiting;
 
-	/* any mode: a slot outlives a switch away from 'buffered' until flushed */
-	total += BufferPending(entry->id);
-
 	/*
 	 * counter_value reads memcached; counter_incr does not, which spares it a
 	 * round trip: its result leaves out other sessions' unflushed amounts.
-	 * Unreadable counts as none.
+	 * Unreadable counts as none.  Memcached before the slot: the worker
+	 * forwards a slot's amount to memcached, so the other order could count
+	 * it twice.
 	 */
 	if (entry->mode == MODE_MEMCACHED && read_memcached && MemcachedPending(entry->id, &waiting))
 		total += waiting;
+
+	/* any mode: a slot outlives a switch away from 'buffered' until flushed */
+	total += BufferPending(entry->id);
 	/* committed here, but neither in memcached nor in the rows yet */
 	total += LeftoverAmount(entry->id);
 

@@ -536,9 +536,16 @@ flush_counters(PG_FUNCTION_ARGS)
 		/* a flush moves amounts between tiers: only for those who may increment */
 		if (!HasPrivilege(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller, ACL_UPDATE))
 			continue;
+		/*
+		 * Keeps the worker from forwarding between the two flushes, which
+		 * could leave an amount in neither; let go at once, so a flush of
+		 * many counters does not fill the lock table.
+		 */
+		LockDatabaseObject(ConfigRelid("counter_config"), id, 0, ShareLock);
 		moved = FlushBuffered(id, name, true);
 		if (McEnabled())
 			moved += Max(FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, true), 0);
+		UnlockDatabaseObject(ConfigRelid("counter_config"), id, 0, ShareLock);
 		if (moved > 0)
 			flushed++;
 	}

@@ -44,7 +44,9 @@ typedef struct BufferSlot
 	Oid			install;		/* counter_config's OID */
 	int32		counter_id;
 	int32		idle_rounds;	/* worker's: flushes that found it empty */
-	char		pad[PG_CACHE_LINE_SIZE - 32];	/* one slot per cache line */
+	pg_atomic_uint32 forward;	/* a 'memcached' commit added: the worker
+								 * forwards the amount to memcached */
+	char		pad[PG_CACHE_LINE_SIZE - 36];	/* one slot per cache line */
 } BufferSlot;
 
 StaticAssertDecl(sizeof(BufferSlot) == PG_CACHE_LINE_SIZE,
@@ -71,6 +73,7 @@ typedef struct BufferShared
 	pg_atomic_uint64 refused;	/* commits that found the table full */
 	int			used;			/* slots in use; under the lock */
 	pg_atomic_uint32 foreign_rows;	/* shard rows were written outside the engine */
+	pg_atomic_uint64 forward_dbs;	/* bit dbid % 64: amounts to forward there */
 	pg_atomic_uint64 layout[LAYOUT_BUCKETS];
 	BufferSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } BufferShared;
@@ -92,6 +95,7 @@ typedef struct ToAdd
 {
 	BufferSlot *slot;
 	uint64		amount;
+	bool		forward;		/* a 'memcached' amount: wake the forwarding */
 	struct ToAdd *next;
 } ToAdd;
 
@@ -118,6 +122,7 @@ SlotsShmemInit(void)
 		Shared->used = 0;
 		pg_atomic_init_u32(&Shared->foreign_rows, 0);
 		pg_atomic_init_u64(&Shared->refused, 0);
+		pg_atomic_init_u64(&Shared->forward_dbs, 0);
 		for (int i = 0; i < LAYOUT_BUCKETS; i++)
 			pg_atomic_init_u64(&Shared->layout[i], 0);
 		for (int i = 0; i < BufferedSlots; i++)
@@ -127,6 +132,7 @@ SlotsShmemInit(void)
 			pg_atomic_init_u32(&s->state, SLOT_FREE);
 			pg_atomic_init_u32(&s->pins, 0);
 			pg_atomic_init_u64(&s->pending, 0);
+			pg_atomic_init_u32(&s->forward, 0);
 			s->dbid = InvalidOid;
 			s->install = InvalidOid;
 			s->counter_id = 0;
@@ -245,6 +251,7 @@ PinSlot(Oid install, int32 counter_id, bool claim)
 				s->counter_id = counter_id;
 				s->idle_rounds = 0;
 				pg_atomic_write_u64(&s->pending, 0);
+				pg_atomic_write_u32(&s->forward, 0);
 				pg_write_barrier();
 				pg_atomic_write_u32(&s->state, SLOT_USED);
 				Shared->used++;
@@ -271,7 +278,7 @@ Unpin(BufferSlot *s)
  * shared memory, the table is full, or the slot could overflow.
  */
 bool
-BufferReserve(int32 counter_id, int64 amount)
+BufferReserve(int32 counter_id, int64 amount, bool forward)
 {
 	BufferSlot *s;
 	ToAdd	   *a;
@@ -290,14 +297,19 @@ BufferReserve(int32 counter_id, int64 amount)
 		return false;
 	}
 	/* keep a slot's sum within bigint; a flush makes room again */
-	if (pg_atomic_read_u64(&s->pending) > (uint64) (PG_INT64_MAX / 2) - (uint64) amount)
+	if ((uint64) amount > (uint64) (PG_INT64_MAX / 2) ||
+		pg_atomic_read_u64(&s->pending) > (uint64) (PG_INT64_MAX / 2) - (uint64) amount)
 	{
 		Unpin(s);
 		pfree(a);
 		return false;
 	}
+	/* read first: a hot slot's line is not written by every commit */
+	if (forward && pg_atomic_read_u32(&s->forward) == 0)
+		pg_atomic_write_u32(&s->forward, 1);
 	a->slot = s;
 	a->amount = (uint64) amount;
+	a->forward = forward;
 	a->next = AddList;
 	AddList = a;
 	return true;
@@ -374,6 +386,104 @@ BufferCounters(Oid install, int32 **ids)
 			(*ids)[n++] = s->counter_id;
 	}
 	return n;
+}
+
+/* ---- forwarding 'memcached' amounts (the worker's) ---- */
+
+static uint64
+ForwardBit(void)
+{
+	return UINT64CONST(1) << (MyDatabaseId % 64);
+}
+
+/* After a 'memcached' amount was added here: the worker has work. */
+void
+BufferForwardAgain(void)
+{
+	if (Shared != NULL && (pg_atomic_read_u64(&Shared->forward_dbs) & ForwardBit()) == 0)
+		pg_atomic_fetch_or_u64(&Shared->forward_dbs, ForwardBit());
+}
+
+/*
+ * Did a 'memcached' amount arrive here since the last call?  Clears the
+ * news first, so an amount added during the scan that follows sets it again.
+ */
+bool
+BufferForwardWanted(void)
+{
+	if (Shared == NULL)
+		return false;
+	if ((pg_atomic_read_u64(&Shared->forward_dbs) & ForwardBit()) == 0)
+		return false;
+	return (pg_atomic_fetch_and_u64(&Shared->forward_dbs, ~ForwardBit()) & ForwardBit()) != 0;
+}
+
+/* Counters of this database with a 'memcached' amount waiting: palloc'd ids. */
+int
+BufferForwardCandidates(Oid install, int32 **ids)
+{
+	int			n = 0;
+
+	*ids = NULL;
+	if (Shared == NULL)
+		return 0;
+	*ids = palloc(sizeof(int32) * Shared->nslots);
+	for (int i = 0; i < Shared->nslots; i++)
+	{
+		BufferSlot *s = &Shared->slots[i];
+
+		if (SlotHere(s) && s->install == install &&
+			pg_atomic_read_u32(&s->forward) != 0 &&
+			pg_atomic_read_u64(&s->pending) != 0)
+			(*ids)[n++] = s->counter_id;
+	}
+	return n;
+}
+
+/*
+ * Take a counter's whole amount to forward it; the slot stays pinned until
+ * BufferForwardEnd, which gives back what could not be forwarded.  Returns
+ * 0 (and no slot) if there is nothing.  Cannot fail.
+ */
+int64
+BufferForwardTake(Oid install, int32 counter_id, void **slot)
+{
+	BufferSlot *s = PinSlot(install, counter_id, false);
+	uint64		amount;
+
+	*slot = NULL;
+	if (s == NULL)
+		return 0;
+	amount = pg_atomic_exchange_u64(&s->pending, 0);
+	if (amount == 0)
+	{
+		Unpin(s);
+		return 0;
+	}
+	*slot = s;
+	return (int64) amount;
+}
+
+void
+BufferForwardEnd(void *slot, int64 give_back)
+{
+	BufferSlot *s = (BufferSlot *) slot;
+
+	if (give_back > 0)
+		pg_atomic_fetch_add_u64(&s->pending, (uint64) give_back);
+	Unpin(s);
+}
+
+/* The counter left mode 'memcached': its amount goes to the rows now. */
+void
+BufferForwardStop(Oid install, int32 counter_id)
+{
+	BufferSlot *s = PinSlot(install, counter_id, false);
+
+	if (s == NULL)
+		return;
+	pg_atomic_write_u32(&s->forward, 0);
+	Unpin(s);
 }
 
 /*
@@ -576,6 +686,9 @@ BufferXactCommit(void)
 
 		AddList = a->next;
 		pg_atomic_fetch_add_u64(&a->slot->pending, a->amount);
+		/* after the add: a forwarding that clears the bit then sees it */
+		if (a->forward)
+			BufferForwardAgain();
 		Unpin(a->slot);
 		pfree(a);
 	}

@@ -557,3 +557,54 @@ MemcachedPending(int32 counter_id, int64 *amount)
 	StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
 	return false;
 }
+
+/*
+ * Does a commit here hand its 'memcached' amounts to shared memory, for the
+ * worker to forward many commits at a time?  Only while that worker runs
+ * and uses the memcached servers this session does.
+ */
+bool
+MemcachedStagingHere(void)
+{
+	return MemcachedBatchDelay > 0 && McEnabled() && !McRecentlyDown() &&
+		WorkerForwardsHere();
+}
+
+/*
+ * The worker's: move a counter's shared-memory amount into memcached.  The
+ * caller holds the counter's lock and saw it in mode 'memcached'.  Nothing
+ * may fail between taking the amount and settling it; an amount no server
+ * took goes back to the slot, for the rows.  Returns the amount forwarded.
+ */
+int64
+ForwardCounter(Oid install, int32 counter_id)
+{
+	Amount	   *a = NewAmount(counter_id, 0, "", 0);
+	void	   *slot;
+	int64		amount = BufferForwardTake(install, counter_id, &slot);
+	McResult	r;
+
+	if (amount == 0)
+	{
+		pfree(a);
+		return 0;
+	}
+	a->amount = Min((uint64) amount, MC_MAX_DELTA);
+	r = Deliver(a);
+	if (r == MC_DOWN)
+	{
+		BufferForwardEnd(slot, amount);
+		pfree(a);
+		return 0;
+	}
+	BufferForwardEnd(slot, amount - (int64) a->amount);
+	amount = (int64) a->amount;
+	pfree(a);
+	/* as after a commit: an unknown outcome is not sent twice */
+	if (r != MC_OK)
+	{
+		StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
+		return 0;
+	}
+	return amount;
+}

@@ -26,6 +26,7 @@ int			SessionCacheSize = 25000;
 int			CounterFoldAfter = 60;
 int			DefaultLeaseSize = 10000;
 int			CounterFlushInterval = 10;
+int			MemcachedBatchDelay = 10;
 
 void		_PG_init(void);
 
@@ -100,6 +101,7 @@ AddRangeHint(ErrorData *edata)
  */
 #define MAX_TIMEOUT_MS			60000
 #define MAX_FLUSH_INTERVAL_S	86400
+#define MAX_BATCH_DELAY_MS	1000
 
 static bool
 CheckServers(char **newval, void **extra, GucSource source)
@@ -183,6 +185,11 @@ _PG_init(void)
 							"Unflushed amounts are what a crash (mode 'buffered') or a memcached loss (mode 'memcached') can take.",
 							&CounterFlushInterval, 10, 1, MAX_FLUSH_INTERVAL_S,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("sharded_seq.memcached_batch_delay",
+							"How long mode 'memcached' amounts wait in shared memory for the worker to send them; 0: each commit sends its own.",
+							"Used only when the library is preloaded.  A crash or an immediate shutdown loses what is still waiting; 0 loses nothing to a crash, and costs a memcached request per commit.",
+							&MemcachedBatchDelay, 10, 0, MAX_BATCH_DELAY_MS,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	/* read once per session, at its first use: see node.c */
 	DefineCustomIntVariable("sharded_seq.node_id",
 							"This primary's node id among several: its part of every sequence's values and its own counter rows; 0 is a single node.",

@@ -61,6 +61,7 @@ extern int	SessionCacheSize;
 extern int	CounterFoldAfter;
 extern int	BufferedSlots;
 extern int	NodeIdSetting;
+extern int	MemcachedBatchDelay;
 
 /* catalog.c */
 extern uint64 ConfigEpoch;
@@ -249,7 +250,7 @@ extern void CounterDroppedInXact(int32 counter_id);
 extern Size SlotsShmemSize(void);
 extern void SlotsShmemInit(void);
 extern bool BufferAvailable(void);
-extern bool BufferReserve(int32 counter_id, int64 amount);
+extern bool BufferReserve(int32 counter_id, int64 amount, bool forward);
 extern int64 BufferPending(int32 counter_id);
 extern int64 BufferTake(Oid install, int32 counter_id);
 extern int	BufferCounters(Oid install, int32 **ids);
@@ -264,6 +265,12 @@ extern int64 FlushBuffered(int32 counter_id, const char *name, bool wait);
 extern void BufferFreeGoneDatabases(const Oid *existing, int n);
 extern bool BufferPinnedHere(void);
 extern void BufferReportLeft(void);
+extern void BufferForwardAgain(void);
+extern bool BufferForwardWanted(void);
+extern int	BufferForwardCandidates(Oid install, int32 **ids);
+extern int64 BufferForwardTake(Oid install, int32 counter_id, void **slot);
+extern void BufferForwardEnd(void *slot, int64 give_back);
+extern void BufferForwardStop(Oid install, int32 counter_id);
 #define LAYOUT_UNKNOWN	PG_UINT64_MAX
 extern bool LayoutWordsAvailable(void);
 extern uint64 LayoutWord(int32 counter_id);
@@ -283,6 +290,7 @@ extern void WorkerNoteDatabase(void);
 extern void WorkerXactEnd(void);
 extern bool WorkerFlushesMyMemcached(void);
 extern bool WorkerAcceptingHere(void);
+extern bool WorkerForwardsHere(void);
 
 /* counter_memcached.c: write-behind through memcached (mode 'memcached') */
 extern void BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
@@ -296,6 +304,8 @@ extern int64 LeftoverAmount(int32 counter_id);
 extern void ApplyLeftovers(void);
 extern int64 FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait);
 extern bool MemcachedPending(int32 counter_id, int64 *amount);
+extern bool MemcachedStagingHere(void);
+extern int64 ForwardCounter(Oid install, int32 counter_id);
 
 /* counter_admin.c */
 extern bool InsertCounter(const char *name, int32 shards, const char *mode,

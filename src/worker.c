@@ -38,6 +38,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -206,8 +207,43 @@ WorkerAcceptingHere(void)
 static uint32
 ServersHash(void)
 {
-	return McEnabled() ? hash_bytes((const unsigned char *) MemcachedServers,
-									strlen(MemcachedServers)) | 1 : 0;
+	static char *hashed = NULL;
+	static uint32 hash = 0;
+
+	if (!McEnabled())
+		return 0;
+	/* hashed once per setting, not on every commit */
+	if (hashed == NULL || strcmp(hashed, MemcachedServers) != 0)
+	{
+		if (hashed)
+			pfree(hashed);
+		hashed = MemoryContextStrdup(TopMemoryContext, MemcachedServers);
+		hash = hash_bytes((const unsigned char *) MemcachedServers,
+						  strlen(MemcachedServers)) | 1;
+	}
+	return hash;
+}
+
+/*
+ * Does this database's worker take 'memcached' amounts from shared memory
+ * to the memcached servers this session uses?  Read without the lock on
+ * every such commit, as WorkerAcceptingHere.
+ */
+bool
+WorkerForwardsHere(void)
+{
+	uint32		mine = ServersHash();
+
+	if (Shared == NULL || !OidIsValid(MyDatabaseId) || mine == 0)
+		return false;
+	for (int i = 0; i < MAX_WORKER_DBS; i++)
+	{
+		volatile WorkerDb *db = &Shared->dbs[i];
+
+		if (db->dbid == MyDatabaseId)
+			return db->pid != 0 && db->accepting && db->mc_servers == mine;
+	}
+	return false;
 }
 
 /*
@@ -615,6 +651,70 @@ RecordError(void)
 }
 
 /*
+ * Forward the 'memcached' amounts that commits left in shared memory, one
+ * request per counter, under the counter's lock: alter_counter and
+ * drop_counter hold it while they leave mode 'memcached', flush_counters
+ * while it flushes.  A counter whose lock is busy waits for the next tick;
+ * one no longer in mode 'memcached' keeps its amount for the rows.
+ */
+static void
+ForwardRound(void)
+{
+	MemoryContext caller_cxt = CurrentMemoryContext;
+
+	if (!BufferForwardWanted())
+		return;
+	PG_TRY();
+	{
+		bool		missed = false;
+		Oid			install;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		install = OidIsValid(get_extension_oid("sharded_seq", true)) ? CurrentInstallation() : InvalidOid;
+		PopActiveSnapshot();
+		/* memcached down: the next flush takes the amounts to the rows */
+		if (OidIsValid(install) && McEnabled() && !McRecentlyDown())
+		{
+			Oid			config = ConfigRelid("counter_config");
+			int32	   *ids;
+			int			n = BufferForwardCandidates(install, &ids);
+			bool	   *locked = palloc0(sizeof(bool) * Max(n, 1));
+
+			for (int i = 0; i < n; i++)
+			{
+				locked[i] = ConditionalLockDatabaseObject(config, ids[i], 0, ShareUpdateExclusiveLock);
+				missed |= !locked[i];
+			}
+			/* the mode as of now, after any alter_counter that held the lock */
+			PushActiveSnapshot(GetTransactionSnapshot());
+			for (int i = 0; i < n; i++)
+			{
+				CounterConfigRow row;
+
+				if (!locked[i])
+					continue;
+				if (FetchCounterConfig(NULL, ids[i], &row) && row.mode == MODE_MEMCACHED)
+					(void) ForwardCounter(install, ids[i]);
+				else
+					BufferForwardStop(install, ids[i]);
+			}
+			PopActiveSnapshot();
+		}
+		CommitTransactionCommand();
+		if (missed)
+			BufferForwardAgain();
+	}
+	PG_CATCH();
+	{
+		RecordError();
+		MemoryContextSwitchTo(caller_cxt);
+	}
+	PG_END_TRY();
+}
+
+/*
  * One round: flush, and maintain unless only flushing.  Returns false when
  * the extension is not installed here.  Errors are recorded, not raised:
  * the next round tries again, and an undone flush gave its amounts back.
@@ -798,10 +898,14 @@ sharded_seq_worker_main(Datum arg)
 
 				if (left <= 0)
 					break;
+				/* 'memcached' amounts wait in shared memory at most this long */
+				if (MemcachedBatchDelay > 0)
+					left = Min(left, MemcachedBatchDelay);
 				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 								 left, PG_WAIT_EXTENSION);
 				ResetLatch(MyLatch);
 				CHECK_FOR_INTERRUPTS();
+				ForwardRound();
 			}
 		}
 	}

@@ -149,7 +149,11 @@ session_send A "COMMIT;"
 session_sync A
 session_close A; session_close B
 expect "an increment made while in mode memcached and committed after alter to exact counts" "$(total)" 40
-expect "... and nothing is stranded in memcached" "$(q "SELECT sharded_seq.flush_counters()")" 0
+# back in mode memcached, an amount stranded in memcached would count again
+# (batched, the commit's amount waits in shared memory for the rows: no flush
+# here, which would take a stranded amount out of memcached too)
+q "SELECT sharded_seq.alter_counter('bA', mode => 'memcached')" >/dev/null
+expect "... and nothing is stranded in memcached: back in mode memcached it" "$(total)" 40
 fi
 
 if want 3; then
