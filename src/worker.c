@@ -680,25 +680,24 @@ ForwardRound(void)
 			Oid			config = ConfigRelid("counter_config");
 			int32	   *ids;
 			int			n = BufferForwardCandidates(install, &ids);
-			bool	   *locked = palloc0(sizeof(bool) * Max(n, 1));
 
-			for (int i = 0; i < n; i++)
-			{
-				locked[i] = ConditionalLockDatabaseObject(config, ids[i], 0, ShareUpdateExclusiveLock);
-				missed |= !locked[i];
-			}
-			/* the mode as of now, after any alter_counter that held the lock */
 			PushActiveSnapshot(GetTransactionSnapshot());
 			for (int i = 0; i < n; i++)
 			{
 				CounterConfigRow row;
 
-				if (!locked[i])
+				if (!ConditionalLockDatabaseObject(config, ids[i], 0, ShareUpdateExclusiveLock))
+				{
+					missed = true;
 					continue;
+				}
+				/* the mode as of now, after any alter_counter that held the lock */
 				if (FetchCounterConfig(NULL, ids[i], &row) && row.mode == MODE_MEMCACHED)
 					(void) ForwardCounter(install, ids[i]);
 				else
 					BufferForwardStop(install, ids[i]);
+				/* its amount is in memcached now: one lock at a time, however many counters */
+				UnlockDatabaseObject(config, ids[i], 0, ShareUpdateExclusiveLock);
 			}
 			PopActiveSnapshot();
 		}
