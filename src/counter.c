@@ -429,6 +429,28 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 }
 
 /*
+ * The counter's mode as of the invalidations received by now, or -1 if it
+ * was dropped (the commit then fails in ApplyToRows).  A shared-memory slot
+ * is never checked again, so this is where a drop or a mode change that
+ * committed before ours is seen.
+ */
+static int
+ModeNow(CommitItem *item)
+{
+	PendingCounter *pc = item->pending;
+	CounterEntry *entry;
+	bool		is_new;
+
+	AcceptInvalidationMessages();
+	entry = (CounterEntry *) CacheLookup(&CounterCache, pc->name, &is_new);
+	if (is_new || entry->loaded_epoch != ConfigEpoch)
+		RefreshCounter(entry, false);
+	if (!entry->exists || entry->id != item->counter_id)
+		return -1;
+	return (int) entry->mode;
+}
+
+/*
  * Apply every counter's net amount, in counter id order, once.  Then the
  * amounts that earlier commits could not hand to memcached, if the rows can
  * take them without waiting.
@@ -487,14 +509,18 @@ ApplyPending(bool preparing)
 					 errhint("The transaction was rolled back.  Commit in smaller transactions.")));
 		amount = (int64) item->amount;
 		/* a prepared commit may finish in another backend: it goes to the rows */
-		if (item->pending->mode == MODE_BUFFERED && !preparing &&
-			!DroppedInXact(item->counter_id) && BufferReserve(item->counter_id, amount, false))
-			continue;
-		/* the worker forwards it to memcached, many commits in one request */
-		if (item->pending->mode == MODE_MEMCACHED && !preparing && (uint64) amount <= MC_MAX_DELTA &&
-			!DroppedInXact(item->counter_id) && MemcachedStagingHere() &&
-			BufferReserve(item->counter_id, amount, true))
-			continue;
+		if (item->pending->mode != MODE_EXACT && !preparing && amount > 0 &&
+			!DroppedInXact(item->counter_id))
+		{
+			int			mode = ModeNow(item);
+
+			if (mode == MODE_BUFFERED && BufferReserve(item->counter_id, amount, false))
+				continue;
+			/* the worker forwards it to memcached, many commits in one request */
+			if (mode == MODE_MEMCACHED && (uint64) amount <= MC_MAX_DELTA &&
+				MemcachedStagingHere() && BufferReserve(item->counter_id, amount, true))
+				continue;
+		}
 		if (!TryBuffer(item, amount, preparing))
 			ApplyToRows(item, amount);
 	}

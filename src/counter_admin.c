@@ -539,13 +539,14 @@ flush_counters(PG_FUNCTION_ARGS)
 		/*
 		 * Keeps the worker from forwarding between the two flushes, which
 		 * could leave an amount in neither; let go at once, so a flush of
-		 * many counters does not fill the lock table.
+		 * many counters does not fill the lock table.  The worker never
+		 * waits while holding it.
 		 */
-		LockDatabaseObject(ConfigRelid("counter_config"), id, 0, ShareLock);
+		LockDatabaseObject(ConfigRelid("counter_config"), id, FORWARD_LOCK_SUBID, ShareLock);
 		moved = FlushBuffered(id, name, true);
 		if (McEnabled())
 			moved += Max(FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, true), 0);
-		UnlockDatabaseObject(ConfigRelid("counter_config"), id, 0, ShareLock);
+		UnlockDatabaseObject(ConfigRelid("counter_config"), id, FORWARD_LOCK_SUBID, ShareLock);
 		if (moved > 0)
 			flushed++;
 	}

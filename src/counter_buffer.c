@@ -73,7 +73,6 @@ typedef struct BufferShared
 	pg_atomic_uint64 refused;	/* commits that found the table full */
 	int			used;			/* slots in use; under the lock */
 	pg_atomic_uint32 foreign_rows;	/* shard rows were written outside the engine */
-	pg_atomic_uint64 forward_dbs;	/* bit dbid % 64: amounts to forward there */
 	pg_atomic_uint64 layout[LAYOUT_BUCKETS];
 	BufferSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } BufferShared;
@@ -122,7 +121,6 @@ SlotsShmemInit(void)
 		Shared->used = 0;
 		pg_atomic_init_u32(&Shared->foreign_rows, 0);
 		pg_atomic_init_u64(&Shared->refused, 0);
-		pg_atomic_init_u64(&Shared->forward_dbs, 0);
 		for (int i = 0; i < LAYOUT_BUCKETS; i++)
 			pg_atomic_init_u64(&Shared->layout[i], 0);
 		for (int i = 0; i < BufferedSlots; i++)
@@ -389,34 +387,6 @@ BufferCounters(Oid install, int32 **ids)
 }
 
 /* ---- forwarding 'memcached' amounts (the worker's) ---- */
-
-static uint64
-ForwardBit(void)
-{
-	return UINT64CONST(1) << (MyDatabaseId % 64);
-}
-
-/* After a 'memcached' amount was added here: the worker has work. */
-void
-BufferForwardAgain(void)
-{
-	if (Shared != NULL && (pg_atomic_read_u64(&Shared->forward_dbs) & ForwardBit()) == 0)
-		pg_atomic_fetch_or_u64(&Shared->forward_dbs, ForwardBit());
-}
-
-/*
- * Did a 'memcached' amount arrive here since the last call?  Clears the
- * news first, so an amount added during the scan that follows sets it again.
- */
-bool
-BufferForwardWanted(void)
-{
-	if (Shared == NULL)
-		return false;
-	if ((pg_atomic_read_u64(&Shared->forward_dbs) & ForwardBit()) == 0)
-		return false;
-	return (pg_atomic_fetch_and_u64(&Shared->forward_dbs, ~ForwardBit()) & ForwardBit()) != 0;
-}
 
 /* Counters of this database with a 'memcached' amount waiting: palloc'd ids. */
 int
@@ -686,9 +656,9 @@ BufferXactCommit(void)
 
 		AddList = a->next;
 		pg_atomic_fetch_add_u64(&a->slot->pending, a->amount);
-		/* after the add: a forwarding that clears the bit then sees it */
+		/* after the add: a forwarding that clears the news then sees it */
 		if (a->forward)
-			BufferForwardAgain();
+			WorkerForwardNews();
 		Unpin(a->slot);
 		pfree(a);
 	}

@@ -265,8 +265,6 @@ extern int64 FlushBuffered(int32 counter_id, const char *name, bool wait);
 extern void BufferFreeGoneDatabases(const Oid *existing, int n);
 extern bool BufferPinnedHere(void);
 extern void BufferReportLeft(void);
-extern void BufferForwardAgain(void);
-extern bool BufferForwardWanted(void);
 extern int	BufferForwardCandidates(Oid install, int32 **ids);
 extern int64 BufferForwardTake(Oid install, int32 counter_id, void **slot);
 extern void BufferForwardEnd(void *slot, int64 give_back);
@@ -291,6 +289,7 @@ extern void WorkerXactEnd(void);
 extern bool WorkerFlushesMyMemcached(void);
 extern bool WorkerAcceptingHere(void);
 extern bool WorkerForwardsHere(void);
+extern void WorkerForwardNews(void);
 
 /* counter_memcached.c: write-behind through memcached (mode 'memcached') */
 extern void BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
@@ -304,6 +303,12 @@ extern int64 LeftoverAmount(int32 counter_id);
 extern void ApplyLeftovers(void);
 extern int64 FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait);
 extern bool MemcachedPending(int32 counter_id, int64 *amount);
+/*
+ * Sub-id of the counter object lock that the worker's forwarding and
+ * flush_counters take (0, the counter's own, is alter_counter's and the
+ * commits'): flush_counters then never waits for an alter_counter.
+ */
+#define FORWARD_LOCK_SUBID	1
 extern bool MemcachedStagingHere(void);
 extern int64 ForwardCounter(Oid install, int32 counter_id);
 

@@ -66,6 +66,7 @@ typedef struct WorkerDb
 	pid_t		pid;			/* its worker, or 0 */
 	bool		accepting;		/* its worker flushes what commits put in slots */
 	uint32		mc_servers;		/* hash of the memcached servers it flushes, or 0 */
+	pg_atomic_uint32 forward_news;	/* commits left 'memcached' amounts in slots */
 	TimestampTz started_at;
 	TimestampTz paused_until;	/* a database command needs it gone */
 	TimestampTz last_flush_at;
@@ -111,6 +112,8 @@ WorkerShmemInit(void)
 	{
 		memset(Shared, 0, sizeof(WorkerShared));
 		Shared->lock = &(GetNamedLWLockTranche("sharded_seq workers"))->lock;
+		for (int i = 0; i < MAX_WORKER_DBS; i++)
+			pg_atomic_init_u32(&Shared->dbs[i].forward_news, 0);
 	}
 }
 
@@ -130,6 +133,7 @@ DbEntry(Oid dbid, bool make)
 	if (!make || free_entry == NULL)
 		return NULL;
 	memset(free_entry, 0, sizeof(WorkerDb));
+	pg_atomic_init_u32(&free_entry->forward_news, 0);
 	free_entry->dbid = dbid;
 	return free_entry;
 }
@@ -183,6 +187,18 @@ WorkerXactEnd(void)
 		WakeLauncher();
 }
 
+/* This database's entry, found without the lock; NULL if it has none. */
+static volatile WorkerDb *
+DbEntryHere(void)
+{
+	if (Shared == NULL || !OidIsValid(MyDatabaseId))
+		return NULL;
+	for (int i = 0; i < MAX_WORKER_DBS; i++)
+		if (Shared->dbs[i].dbid == MyDatabaseId)
+			return &Shared->dbs[i];
+	return NULL;
+}
+
 /*
  * Does this database's worker flush what commits put in shared memory?  Read
  * without the lock on every buffered commit: a stale answer is harmless,
@@ -192,16 +208,9 @@ WorkerXactEnd(void)
 bool
 WorkerAcceptingHere(void)
 {
-	if (Shared == NULL || !OidIsValid(MyDatabaseId))
-		return false;
-	for (int i = 0; i < MAX_WORKER_DBS; i++)
-	{
-		volatile WorkerDb *db = &Shared->dbs[i];
+	volatile WorkerDb *db = DbEntryHere();
 
-		if (db->dbid == MyDatabaseId)
-			return db->pid != 0 && db->accepting;
-	}
-	return false;
+	return db != NULL && db->pid != 0 && db->accepting;
 }
 
 static uint32
@@ -225,6 +234,19 @@ ServersHash(void)
 }
 
 /*
+ * After commit (no errors): a 'memcached' amount was added to a slot here.
+ * Read first, so a hot counter's commits do not all write the line.
+ */
+void
+WorkerForwardNews(void)
+{
+	volatile WorkerDb *db = DbEntryHere();
+
+	if (db != NULL && pg_atomic_read_u32((pg_atomic_uint32 *) &db->forward_news) == 0)
+		pg_atomic_write_u32((pg_atomic_uint32 *) &db->forward_news, 1);
+}
+
+/*
  * Does this database's worker take 'memcached' amounts from shared memory
  * to the memcached servers this session uses?  Read without the lock on
  * every such commit, as WorkerAcceptingHere.
@@ -233,17 +255,10 @@ bool
 WorkerForwardsHere(void)
 {
 	uint32		mine = ServersHash();
+	volatile WorkerDb *db = DbEntryHere();
 
-	if (Shared == NULL || !OidIsValid(MyDatabaseId) || mine == 0)
-		return false;
-	for (int i = 0; i < MAX_WORKER_DBS; i++)
-	{
-		volatile WorkerDb *db = &Shared->dbs[i];
-
-		if (db->dbid == MyDatabaseId)
-			return db->pid != 0 && db->accepting && db->mc_servers == mine;
-	}
-	return false;
+	return db != NULL && mine != 0 && db->pid != 0 && db->accepting &&
+		db->mc_servers == mine;
 }
 
 /*
@@ -652,9 +667,10 @@ RecordError(void)
 
 /*
  * Forward the 'memcached' amounts that commits left in shared memory, one
- * request per counter, under the counter's lock: alter_counter and
- * drop_counter hold it while they leave mode 'memcached', flush_counters
- * while it flushes.  A counter whose lock is busy waits for the next tick;
+ * request per counter, under the counter's lock (alter_counter and
+ * drop_counter hold it while they leave mode 'memcached') and its forwarding
+ * lock (flush_counters holds it while it flushes), taken without waiting.
+ * A counter whose locks are busy waits for the next tick;
  * one no longer in mode 'memcached' keeps its amount for the rows.
  */
 static void
@@ -662,7 +678,9 @@ ForwardRound(void)
 {
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
-	if (!BufferForwardWanted())
+	/* cleared first: an amount added during the scan below sets it again */
+	if (pg_atomic_read_u32(&MyDb->forward_news) == 0 ||
+		pg_atomic_exchange_u32(&MyDb->forward_news, 0) == 0)
 		return;
 	PG_TRY();
 	{
@@ -691,19 +709,26 @@ ForwardRound(void)
 					missed = true;
 					continue;
 				}
+				if (!ConditionalLockDatabaseObject(config, ids[i], FORWARD_LOCK_SUBID, ExclusiveLock))
+				{
+					UnlockDatabaseObject(config, ids[i], 0, ShareUpdateExclusiveLock);
+					missed = true;
+					continue;
+				}
 				/* the mode as of now, after any alter_counter that held the lock */
 				if (FetchCounterConfig(NULL, ids[i], &row) && row.mode == MODE_MEMCACHED)
 					(void) ForwardCounter(install, ids[i]);
 				else
 					BufferForwardStop(install, ids[i]);
-				/* its amount is in memcached now: one lock at a time, however many counters */
+				/* its amount is in memcached now: one counter's locks at a time */
+				UnlockDatabaseObject(config, ids[i], FORWARD_LOCK_SUBID, ExclusiveLock);
 				UnlockDatabaseObject(config, ids[i], 0, ShareUpdateExclusiveLock);
 			}
 			PopActiveSnapshot();
 		}
 		CommitTransactionCommand();
 		if (missed)
-			BufferForwardAgain();
+			pg_atomic_write_u32(&MyDb->forward_news, 1);
 	}
 	PG_CATCH();
 	{

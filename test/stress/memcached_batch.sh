@@ -8,7 +8,9 @@
 #      were commits;
 #   2. a commit that read the counter's mode before alter_counter left mode
 #      'memcached' and commits after it: the worker's flushes count its
-#      amount, which is not stranded in memcached;
+#      amount, which is not stranded in memcached; a commit after another
+#      session dropped the counter fails (42704) in both write-behind modes;
+#      flush_counters does not wait for an alter_counter;
 #   3. memcached_batch_delay = 0: one memcached increment per commit again,
 #      and the total is exact;
 #   4. an immediate shutdown under load: the total is at most the committed
@@ -143,6 +145,58 @@ sleep 2.5
 late="$(q "SELECT counter_value('m2')")"
 echo "RESULT the late commit's 1000, two flush intervals after alter_counter to 'exact': counter reads $late"
 [ "$late" = 1000 ] || fail "the late commit's amount went where an exact counter does not look"
+
+# the same, but the commit lands in shared memory before alter_counter
+# commits: the worker, which cannot lock the counter meanwhile, must then not
+# send it to memcached
+q "SELECT sharded_seq.alter_counter('m2', mode => 'memcached')" >/dev/null
+session_open late stress; session_open alter stress
+session_send late "BEGIN; SELECT counter_incr('m2', 1000); INSERT INTO ledger (counter, delta) VALUES ('m2', 1000);"
+session_sync late
+session_send alter "BEGIN; SELECT sharded_seq.alter_counter('m2', mode => 'exact');"
+session_sync alter
+session_send late "COMMIT;"
+session_sync late
+sleep 0.3
+session_send alter "COMMIT;"
+session_sync alter
+session_close late; session_close alter
+sleep 2.5
+late="$(q "SELECT counter_value('m2')")"
+echo "RESULT another 1000, committed while alter_counter to 'exact' was open, two flush intervals after: counter reads $late"
+[ "$late" = 2000 ] || fail "an amount the worker held back during alter_counter went where an exact counter does not look"
+
+# a commit after another session dropped the counter fails, as an exact one
+# does, whichever write-behind mode; nothing waits in a slot for nobody
+for mode in memcached buffered; do
+    q "SELECT sharded_seq.create_counter('d', mode => '$mode')" >/dev/null
+    session_open late stress
+    session_send late "BEGIN; SELECT counter_incr('d', 5);"
+    session_sync late
+    q "SELECT sharded_seq.drop_counter('d'); SELECT sharded_seq.create_counter('d', mode => '$mode')" >/dev/null
+    session_send late "COMMIT;"
+    session_sync late
+    session_close late
+    got="$(session_errors late | tr '\n' ' ')"
+    echo "RESULT mode $mode: a commit after drop_counter got errors [$got]; the new counter reads $(q "SELECT counter_value('d')")"
+    [ "$got" = "42704 " ] || fail "mode $mode: a commit to a dropped counter did not fail with 42704"
+    q "SELECT sharded_seq.drop_counter('d')" >/dev/null
+done
+
+# flush_counters never waits for another session's alter_counter (each
+# holds one counter's lock; flushing both would deadlock)
+q "SELECT sharded_seq.create_counter('fa', mode => 'memcached'), sharded_seq.create_counter('fb', mode => 'memcached')" >/dev/null
+session_open s1 stress; session_open s2 stress
+session_send s1 "BEGIN; SELECT sharded_seq.alter_counter('fb', mode => 'exact');"
+session_send s2 "BEGIN; SELECT sharded_seq.alter_counter('fa', mode => 'exact');"
+session_sync s1; session_sync s2
+session_send s1 "SELECT sharded_seq.flush_counters(); COMMIT;"
+session_send s2 "SELECT sharded_seq.flush_counters(); COMMIT;"
+session_sync s1; session_sync s2
+session_close s1; session_close s2
+got="$(session_errors s1; session_errors s2)"
+echo "RESULT two sessions, each altering one counter, then flush_counters: errors [$(echo $got)]"
+[ -z "$got" ] || fail "flush_counters waited for an alter_counter (deadlock)"
 
 echo "== 3. memcached_batch_delay = 0: one request per commit"
 set_delay 0
