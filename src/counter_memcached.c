@@ -482,7 +482,9 @@ EnsureExitCallback(void)
  * lock held to the end of the transaction); the amount is read and then
  * decremented by exactly that much, so increments arriving meanwhile stay
  * pending.  If this transaction or savepoint rolls back, the amount is given
- * back.  Returns the amount moved, or -1 if nothing could safely be moved.
+ * back.  Without wait, neither the flush lock nor a row is waited for: a
+ * counter whose rows are all held gets its amount back at once.  Returns the
+ * amount moved, or -1 if nothing could safely be moved.
  */
 int64
 FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
@@ -493,6 +495,7 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 	uint64		left;
 	McResult	r;
 	Amount	   *gb;
+	CounterApplyResult applied;
 
 	EnsureExitCallback();
 	/* nothing to move: take no lock (flush_counters may visit every counter) */
@@ -529,7 +532,23 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 	GiveBacks = gb;
 	/* see rows this command already changed (a flush of both kinds, say) */
 	CommandCounterIncrement();
-	if (!CounterApply(counter_id, shard, amount, name, NULL, 0))
+	if (wait)
+		applied = CounterApply(counter_id, shard, amount, name, NULL, 0) ? APPLY_DONE : APPLY_GONE;
+	else
+		applied = CounterTryApply(counter_id, shard, amount);
+	/* every row held: give the amount back now, whatever the caller does next */
+	if (applied == APPLY_BUSY)
+	{
+		GiveBacks = gb->next;
+		GiveBackNow(gb);
+		return -1;
+	}
+	if (applied == APPLY_FULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("counter \"%s\" would overflow bigint", name),
+				 errhint("Its amount was given back to memcached.  Bring its total down with a negative increment.")));
+	if (applied == APPLY_GONE)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("counter \"%s\" was dropped while it was being flushed", name),

@@ -490,6 +490,17 @@ CompareIds(const void *a, const void *b)
 }
 
 static void RememberError(const char *message);
+static void ForwardRound(void);
+
+static TimestampTz LastForward = 0;
+
+/* Has the batch delay passed since forwarding last looked? */
+static bool
+ForwardDue(void)
+{
+	return MemcachedBatchDelay > 0 &&
+		TimestampDifferenceExceeds(LastForward, GetCurrentTimestamp(), MemcachedBatchDelay);
+}
 
 /*
  * Flush one counter in a subtransaction of its own, never waiting: a row held
@@ -612,29 +623,35 @@ ListMemcachedCounters(MemoryContext cxt, int *count)
 static void
 FlushAllMemcached(McCounter *list, int n, FlushTotals *totals)
 {
+	int			in_batch = 0;
+
 	for (int i = 0; i < n; i++)
 	{
 		int64		moved;
 
-		if (i % MC_FLUSH_BATCH == 0)
+		/* a flush may wait for a row lock: forwarding must not wait long */
+		if (in_batch > 0 && (in_batch == MC_FLUSH_BATCH || ForwardDue()))
 		{
-			if (i > 0)
-			{
-				PopActiveSnapshot();
-				CommitTransactionCommand();
-			}
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			in_batch = 0;
+			ForwardRound();
+		}
+		if (in_batch == 0)
+		{
 			SetCurrentStatementStartTimestamp();
 			StartTransactionCommand();
 			PushActiveSnapshot(GetTransactionSnapshot());
 		}
 		moved = FlushOne(true, list[i].id, list[i].name);
+		in_batch++;
 		if (moved > 0)
 		{
 			totals->amount += moved;
 			totals->counters++;
 		}
 	}
-	if (n > 0)
+	if (in_batch > 0)
 	{
 		PopActiveSnapshot();
 		CommitTransactionCommand();
@@ -678,6 +695,7 @@ ForwardRound(void)
 {
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
+	LastForward = GetCurrentTimestamp();
 	/* cleared first: an amount added during the scan below sets it again */
 	if (pg_atomic_read_u32(&MyDb->forward_news) == 0 ||
 		pg_atomic_exchange_u32(&MyDb->forward_news, 0) == 0)
@@ -785,7 +803,9 @@ Round(bool flush_only)
 		CommitTransactionCommand();
 		if (OidIsValid(install))
 			BufferFreeIdle(install);
+		ForwardRound();
 		FlushAllMemcached(mc, nmc, &totals);
+		ForwardRound();
 		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 		MyDb->mc_servers = ServersHash();
 		MyDb->last_flush_at = GetCurrentTimestamp();

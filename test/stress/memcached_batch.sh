@@ -10,7 +10,9 @@
 #      'memcached' and commits after it: the worker's flushes count its
 #      amount, which is not stranded in memcached; a commit after another
 #      session dropped the counter fails (42704) in both write-behind modes;
-#      flush_counters does not wait for an alter_counter;
+#      flush_counters does not wait for an alter_counter; prepared
+#      transactions holding other counters' rows hold nothing up: an
+#      immediate shutdown loses nothing committed 2 s before;
 #   3. memcached_batch_delay = 0: one memcached increment per commit again,
 #      and the total is exact;
 #   4. an immediate shutdown under load: the total is at most the committed
@@ -197,6 +199,30 @@ session_close s1; session_close s2
 got="$(session_errors s1; session_errors s2)"
 echo "RESULT two sessions, each altering one counter, then flush_counters: errors [$(echo $got)]"
 [ -z "$got" ] || fail "flush_counters waited for an alter_counter (deadlock)"
+
+echo "== 2b. prepared transactions hold the rows of four counters"
+# the worker's flushes never wait for them, so the other counters' amounts
+# neither wait in shared memory nor sit in an uncommitted flush for seconds
+reset
+q "CREATE TABLE ledger_h (delta int, at timestamptz DEFAULT clock_timestamp())" >/dev/null
+q "SELECT sharded_seq.create_counter('h', mode => 'memcached')" >/dev/null
+for i in 1 2 3 4; do
+    q "SELECT sharded_seq.create_counter('p$i', shards => 1, mode => 'memcached')" >/dev/null
+    q "SELECT counter_incr('p$i', 1)" >/dev/null
+done
+sleep 0.2
+for i in 1 2 3 4; do q "BEGIN; SELECT counter_incr('p$i', 1); PREPARE TRANSACTION 'hold$i'" >/dev/null; done
+for i in 1 2 3 4; do q "SELECT counter_incr('p$i', 1)" >/dev/null; done
+python3 -c "print('\n'.join([\"BEGIN; SELECT counter_incr('h', 1); INSERT INTO ledger_h VALUES (1); COMMIT; SELECT pg_sleep(0.02);\"] * 250))" >"$WORK/h.sql"
+psql -X -q -d stress -f "$WORK/h.sql" >/dev/null
+sleep 2
+cluster_stop immediate
+cluster_start
+read -r total committed <<<"$(q "SELECT counter_value('h'), (SELECT sum(delta) FROM ledger_h)" | tr '|' ' ')"
+echo "RESULT four counters held by prepared transactions; another's increments, all committed 2 s or more before an immediate shutdown: $total of $committed"
+[ "$total" = "$committed" ] || fail "the worker's waits for held rows kept committed amounts from memcached and the rows"
+for i in 1 2 3 4; do q "ROLLBACK PREPARED 'hold$i'" >/dev/null; done
+worker_settled stress || fail "no worker after the restart"
 
 echo "== 3. memcached_batch_delay = 0: one request per commit"
 set_delay 0
