@@ -59,8 +59,13 @@ static Amount *Leftovers = NULL;
 
 static void EnsureExitCallback(void);
 
-/* Recently built pending keys: building one costs more than an increment. */
+/*
+ * Recently built pending keys: building one costs more than an increment.
+ * The worker forwards for every counter of its database, so it keeps more:
+ * a forgotten key costs it an answered add before the next forward.
+ */
 #define KEY_CACHE_SIZE 64
+#define WORKER_KEY_CACHE_SIZE 4096
 
 typedef struct KeyCacheEntry
 {
@@ -71,12 +76,26 @@ typedef struct KeyCacheEntry
 	char		key[MC_KEY_LEN];
 } KeyCacheEntry;
 
-static KeyCacheEntry KeyCache[KEY_CACHE_SIZE];
+static KeyCacheEntry *KeyCache = NULL;	/* TopMemoryContext */
+static int	KeyCacheSize = 0;
+
+static KeyCacheEntry *
+KeyCacheEntryFor(int32 counter_id)
+{
+	if (KeyCache == NULL)
+	{
+		int			size = MyBackendType == B_BG_WORKER ? WORKER_KEY_CACHE_SIZE : KEY_CACHE_SIZE;
+
+		KeyCache = MemoryContextAllocZero(TopMemoryContext, size * sizeof(KeyCacheEntry));
+		KeyCacheSize = size;
+	}
+	return &KeyCache[(uint32) counter_id % (uint32) KeyCacheSize];
+}
 
 static char *
 PendingKeyName(int32 counter_id)
 {
-	KeyCacheEntry *e = &KeyCache[(uint32) counter_id % KEY_CACHE_SIZE];
+	KeyCacheEntry *e = KeyCacheEntryFor(counter_id);
 	Oid			install = ConfigRelid("counter_config");
 	uint64		token = InstallationToken();
 
@@ -102,7 +121,7 @@ NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount)
 	Amount	   *a = MemoryContextAllocZero(TopMemoryContext, sizeof(Amount));
 
 	strlcpy(a->key, PendingKeyName(counter_id), MC_KEY_LEN);
-	a->made = KeyCache[(uint32) counter_id % KEY_CACHE_SIZE].created;
+	a->made = KeyCacheEntryFor(counter_id)->created;
 	a->install = ConfigRelid("counter_config");
 	a->counter_id = counter_id;
 	a->shard = shard;
@@ -120,7 +139,7 @@ NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount)
 static void
 NoteKeyMade(Amount *a)
 {
-	KeyCacheEntry *e = &KeyCache[(uint32) a->counter_id % KEY_CACHE_SIZE];
+	KeyCacheEntry *e = KeyCacheEntryFor(a->counter_id);
 
 	if (e->install == a->install && e->counter_id == a->counter_id &&
 		strcmp(e->key, a->key) == 0)
@@ -143,8 +162,9 @@ Deliver(Amount *a)
 	{
 		McResult	r = McAdd(a->key, 0, 0);
 
+		/* whatever became of the add (of 0), no amount was sent: not lost */
 		if (r != MC_OK && r != MC_EXISTS)
-			return r;
+			return MC_DOWN;
 		NoteKeyMade(a);
 	}
 	return McIncrQuiet(a->key, a->amount);

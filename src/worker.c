@@ -67,6 +67,7 @@ typedef struct WorkerDb
 	bool		accepting;		/* its worker flushes what commits put in slots */
 	uint32		mc_servers;		/* hash of the memcached servers it flushes, or 0 */
 	pg_atomic_uint32 forward_news;	/* commits left 'memcached' amounts in slots */
+	Latch	   *latch;			/* its worker's, to wake it for them */
 	TimestampTz started_at;
 	TimestampTz paused_until;	/* a database command needs it gone */
 	TimestampTz last_flush_at;
@@ -242,8 +243,15 @@ WorkerForwardNews(void)
 {
 	volatile WorkerDb *db = DbEntryHere();
 
-	if (db != NULL && pg_atomic_read_u32((pg_atomic_uint32 *) &db->forward_news) == 0)
-		pg_atomic_write_u32((pg_atomic_uint32 *) &db->forward_news, 1);
+	if (db != NULL && pg_atomic_read_u32((pg_atomic_uint32 *) &db->forward_news) == 0 &&
+		pg_atomic_exchange_u32((pg_atomic_uint32 *) &db->forward_news, 1) == 0)
+	{
+		Latch	   *latch = db->latch;
+
+		/* the first news since the last forward: an idle worker sleeps */
+		if (latch != NULL)
+			SetLatch(latch);
+	}
 }
 
 /*
@@ -468,7 +476,10 @@ ClearMyPid(int code, Datum arg)
 {
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 	if (MyDb->pid == MyProcPid)
+	{
 		MyDb->pid = 0;
+		MyDb->latch = NULL;
+	}
 	LWLockRelease(Shared->lock);
 	WakeLauncher();
 }
@@ -896,6 +907,7 @@ sharded_seq_worker_main(Datum arg)
 		proc_exit(0);
 	}
 	MyDb->pid = MyProcPid;
+	MyDb->latch = MyLatch;
 	MyDb->started_at = GetCurrentTimestamp();
 	LWLockRelease(Shared->lock);
 	before_shmem_exit(ClearMyPid, (Datum) 0);
@@ -942,14 +954,25 @@ sharded_seq_worker_main(Datum arg)
 
 				if (left <= 0)
 					break;
-				/* 'memcached' amounts wait in shared memory at most this long */
-				if (MemcachedBatchDelay > 0)
-					left = Min(left, MemcachedBatchDelay);
+
+				/*
+				 * 'memcached' amounts arrived: let more gather for the batch
+				 * delay (the commits' latch sets do not cut it short), then
+				 * forward them.  Otherwise sleep until a commit says so.
+				 */
+				if (MemcachedBatchDelay > 0 && pg_atomic_read_u32(&MyDb->forward_news) != 0)
+				{
+					(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+									 Min(left, MemcachedBatchDelay), PG_WAIT_EXTENSION);
+					ResetLatch(MyLatch);
+					CHECK_FOR_INTERRUPTS();
+					ForwardRound();
+					continue;
+				}
 				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 								 left, PG_WAIT_EXTENSION);
 				ResetLatch(MyLatch);
 				CHECK_FOR_INTERRUPTS();
-				ForwardRound();
 			}
 		}
 	}
