@@ -555,7 +555,12 @@ FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
 	if (wait)
 		applied = CounterApply(counter_id, shard, amount, name, NULL, 0) ? APPLY_DONE : APPLY_GONE;
 	else
+	{
 		applied = CounterTryApply(counter_id, shard, amount);
+		/* rows replaced under it (a fold) look gone to one try: look again */
+		if (applied == APPLY_GONE)
+			applied = CounterApply(counter_id, shard, amount, name, NULL, 0) ? APPLY_DONE : APPLY_GONE;
+	}
 	/* every row held: give the amount back now, whatever the caller does next */
 	if (applied == APPLY_BUSY)
 	{
@@ -637,6 +642,9 @@ ForwardCounter(Oid install, int32 counter_id)
 		return 0;
 	}
 	BufferForwardEnd(slot, amount - (int64) a->amount);
+	/* more than one request can carry: the rest goes at the next forward */
+	if (amount > (int64) a->amount)
+		WorkerForwardNews();
 	amount = (int64) a->amount;
 	pfree(a);
 	/* as after a commit: an unknown outcome is not sent twice */

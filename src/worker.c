@@ -957,15 +957,24 @@ sharded_seq_worker_main(Datum arg)
 
 				/*
 				 * 'memcached' amounts arrived: let more gather for the batch
-				 * delay (the commits' latch sets do not cut it short), then
-				 * forward them.  Otherwise sleep until a commit says so.
+				 * delay (only a signal cuts it short), then forward them.
+				 * Otherwise sleep until a commit says so.
 				 */
 				if (MemcachedBatchDelay > 0 && pg_atomic_read_u32(&MyDb->forward_news) != 0)
 				{
-					(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-									 Min(left, MemcachedBatchDelay), PG_WAIT_EXTENSION);
-					ResetLatch(MyLatch);
-					CHECK_FOR_INTERRUPTS();
+					TimestampTz due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																  Min(left, MemcachedBatchDelay));
+					long		wait;
+
+					/* a signal still ends the wait at once */
+					while (!got_sigterm && !ConfigReloadPending &&
+						   (wait = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due)) > 0)
+					{
+						(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+										 wait, PG_WAIT_EXTENSION);
+						ResetLatch(MyLatch);
+						CHECK_FOR_INTERRUPTS();
+					}
 					ForwardRound();
 					continue;
 				}
