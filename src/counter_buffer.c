@@ -366,9 +366,12 @@ BufferTake(Oid install, int32 counter_id)
 	return (int64) amount;
 }
 
-/* Counters of this database with a slot, for a flush: palloc'd ids. */
-int
-BufferCounters(Oid install, int32 **ids)
+/*
+ * Counters of this database with a slot (only those with a 'memcached'
+ * amount waiting, if forwarding): palloc'd ids.
+ */
+static int
+SlotCounters(Oid install, bool forwarding, int32 **ids)
 {
 	int			n = 0;
 
@@ -380,34 +383,30 @@ BufferCounters(Oid install, int32 **ids)
 	{
 		BufferSlot *s = &Shared->slots[i];
 
-		if (SlotHere(s) && s->install == install)
-			(*ids)[n++] = s->counter_id;
+		if (!SlotHere(s) || s->install != install)
+			continue;
+		if (forwarding && (pg_atomic_read_u32(&s->forward) == 0 ||
+						   pg_atomic_read_u64(&s->pending) == 0))
+			continue;
+		(*ids)[n++] = s->counter_id;
 	}
 	return n;
 }
 
+/* For a flush: every counter of this database with a slot. */
+int
+BufferCounters(Oid install, int32 **ids)
+{
+	return SlotCounters(install, false, ids);
+}
+
 /* ---- forwarding 'memcached' amounts (the worker's) ---- */
 
-/* Counters of this database with a 'memcached' amount waiting: palloc'd ids. */
+/* For forwarding: counters of this database with a 'memcached' amount waiting. */
 int
 BufferForwardCandidates(Oid install, int32 **ids)
 {
-	int			n = 0;
-
-	*ids = NULL;
-	if (Shared == NULL)
-		return 0;
-	*ids = palloc(sizeof(int32) * Shared->nslots);
-	for (int i = 0; i < Shared->nslots; i++)
-	{
-		BufferSlot *s = &Shared->slots[i];
-
-		if (SlotHere(s) && s->install == install &&
-			pg_atomic_read_u32(&s->forward) != 0 &&
-			pg_atomic_read_u64(&s->pending) != 0)
-			(*ids)[n++] = s->counter_id;
-	}
-	return n;
+	return SlotCounters(install, true, ids);
 }
 
 /*
