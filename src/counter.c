@@ -395,6 +395,28 @@ ApplyToRows(CommitItem *item, int64 amount)
 }
 
 /*
+ * The counter's entry as of the invalidations received by now, or NULL if
+ * it was dropped (the commit then fails in ApplyToRows).  Neither a slot nor
+ * memcached checks the counter again, so this is where a drop or a mode
+ * change that committed before ours is seen.
+ */
+static CounterEntry *
+CurrentEntry(CommitItem *item)
+{
+	PendingCounter *pc = item->pending;
+	CounterEntry *entry;
+	bool		is_new;
+
+	AcceptInvalidationMessages();
+	entry = (CounterEntry *) CacheLookup(&CounterCache, pc->name, &is_new);
+	if (is_new || entry->loaded_epoch != ConfigEpoch)
+		RefreshCounter(entry, false);
+	if (!entry->exists || entry->id != item->counter_id)
+		return NULL;
+	return entry;
+}
+
+/*
  * Send a memcached counter's amount to memcached after commit, if memcached
  * is usable and the counter is still in that mode.  Returns false if the
  * amount must go to the shard rows instead.
@@ -404,7 +426,6 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 {
 	PendingCounter *pc = item->pending;
 	CounterEntry *entry;
-	bool		is_new;
 
 	if (preparing || amount <= 0 || (uint64) amount > MC_MAX_DELTA ||
 		!McEnabled() || McRecentlyDown())
@@ -418,36 +439,12 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 	 * lands in memcached after its counter left mode 'memcached'.
 	 */
 	LockDatabaseObject(ConfigRelid("counter_config"), item->counter_id, 0, ShareLock);
-	entry = (CounterEntry *) CacheLookup(&CounterCache, pc->name, &is_new);
-	if (is_new || entry->loaded_epoch != ConfigEpoch)
-		RefreshCounter(entry, false);
-	if (!entry->exists || entry->id != item->counter_id || entry->mode != MODE_MEMCACHED)
+	entry = CurrentEntry(item);
+	if (entry == NULL || entry->mode != MODE_MEMCACHED)
 		return false;
 	BufferAfterCommit(item->counter_id, amount, pc->shard, pc->name,
 					  &entry->claim_interval);
 	return true;
-}
-
-/*
- * The counter's mode as of the invalidations received by now, or -1 if it
- * was dropped (the commit then fails in ApplyToRows).  A shared-memory slot
- * is never checked again, so this is where a drop or a mode change that
- * committed before ours is seen.
- */
-static int
-ModeNow(CommitItem *item)
-{
-	PendingCounter *pc = item->pending;
-	CounterEntry *entry;
-	bool		is_new;
-
-	AcceptInvalidationMessages();
-	entry = (CounterEntry *) CacheLookup(&CounterCache, pc->name, &is_new);
-	if (is_new || entry->loaded_epoch != ConfigEpoch)
-		RefreshCounter(entry, false);
-	if (!entry->exists || entry->id != item->counter_id)
-		return -1;
-	return (int) entry->mode;
 }
 
 /*
@@ -508,16 +505,22 @@ ApplyPending(bool preparing)
 					 errdetail("This transaction's increments add up to more than a bigint."),
 					 errhint("The transaction was rolled back.  Commit in smaller transactions.")));
 		amount = (int64) item->amount;
-		/* a prepared commit may finish in another backend: it goes to the rows */
-		if (item->pending->mode != MODE_EXACT && !preparing && amount > 0 &&
-			!DroppedInXact(item->counter_id))
+		/*
+		 * A prepared commit may finish in another backend: it goes to the
+		 * rows.  Without batching, TryBuffer looks the counter up itself,
+		 * under its lock.
+		 */
+		if ((item->pending->mode == MODE_BUFFERED ||
+			 (item->pending->mode == MODE_MEMCACHED && MemcachedStagingHere())) &&
+			!preparing && amount > 0 && !DroppedInXact(item->counter_id))
 		{
-			int			mode = ModeNow(item);
+			CounterEntry *entry = CurrentEntry(item);
 
-			if (mode == MODE_BUFFERED && BufferReserve(item->counter_id, amount, false))
+			if (entry != NULL && entry->mode == MODE_BUFFERED &&
+				BufferReserve(item->counter_id, amount, false))
 				continue;
 			/* the worker forwards it to memcached, many commits in one request */
-			if (mode == MODE_MEMCACHED && (uint64) amount <= MC_MAX_DELTA &&
+			if (entry != NULL && entry->mode == MODE_MEMCACHED && (uint64) amount <= MC_MAX_DELTA &&
 				MemcachedStagingHere() && BufferReserve(item->counter_id, amount, true))
 				continue;
 		}
