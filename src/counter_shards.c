@@ -171,6 +171,24 @@ PlaceTrusted(CounterPlace *place, Snapshot snapshot)
 }
 
 /*
+ * Make buf hold block blk, share-locked (pruned first if prune), letting go
+ * of the page it held.  Returns true if it read a new page.
+ */
+static bool
+LockedPage(Relation rel, Buffer *buf, BlockNumber blk, bool prune)
+{
+	if (BufferIsValid(*buf) && BufferGetBlockNumber(*buf) == blk)
+		return false;
+	if (BufferIsValid(*buf))
+		UnlockReleaseBuffer(*buf);
+	*buf = ReadBuffer(rel, blk);
+	if (prune)
+		heap_page_prune_opt(rel, *buf);
+	LockBuffer(*buf, BUFFER_LOCK_SHARE);
+	return true;
+}
+
+/*
  * Read a pinned counter's rows where they were last seen, without the
  * index: its rows are shards 0 .. shards-1 while its config row is trusted,
  * and the primary key leaves no room for another visible row.  Each row
@@ -210,14 +228,7 @@ ReadKnownRows(Relation rel, CounterPlace *place, Snapshot snapshot,
 			ok = false;
 			break;
 		}
-		if (!BufferIsValid(buf) || BufferGetBlockNumber(buf) != blk)
-		{
-			if (BufferIsValid(buf))
-				UnlockReleaseBuffer(buf);
-			buf = ReadBuffer(rel, blk);
-			heap_page_prune_opt(rel, buf);
-			LockBuffer(buf, BUFFER_LOCK_SHARE);
-		}
+		(void) LockedPage(rel, &buf, blk, true);
 		/* a pruned root may have been reused: the row must be ours */
 		ok = ItemPointerGetOffsetNumber(&tid) <= PageGetMaxOffsetNumber(BufferGetPage(buf)) &&
 			heap_hot_search_buffer(&tid, rel, buf, snapshot, &tup, &all_dead, true) &&
@@ -290,14 +301,8 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 				ok = false;
 				break;
 			}
-			if (!BufferIsValid(buf) || BufferGetBlockNumber(buf) != blk)
-			{
-				if (BufferIsValid(buf))
-					UnlockReleaseBuffer(buf);
-				buf = ReadBuffer(rel, blk);
-				LockBuffer(buf, BUFFER_LOCK_SHARE);
+			if (LockedPage(rel, &buf, blk, false))
 				heap_get_root_tuples(BufferGetPage(buf), roots);
-			}
 			root = roots[ItemPointerGetOffsetNumber(&refs[i].tid) - 1];
 			ok = OffsetNumberIsValid(root);
 			ItemPointerSet(&place->roots[shard], blk, root);
