@@ -1,6 +1,6 @@
 EXTENSION = sharded_seq
 MODULE_big = sharded_seq
-OBJS = src/sharded_seq.o src/catalog.o src/sequence.o src/sequence_admin.o src/replication.o src/node.o src/counter.o src/counter_admin.o src/counter_maintain.o src/counter_memcached.o src/counter_buffer.o src/worker.o src/counter_shards.o src/memcache.o src/stats.o
+OBJS = src/sharded_seq.o src/catalog.o src/sequence.o src/sequence_admin.o src/replication.o src/node.o src/counter.o src/counter_admin.o src/counter_maintain.o src/counter_memcached.o src/counter_buffer.o src/counter_kept.o src/worker.o src/counter_shards.o src/memcache.o src/stats.o
 DATA = $(wildcard sharded_seq--*.sql)
 PGFILEDESC = "sharded_seq - sharded sequences and counters"
 

@@ -323,34 +323,67 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 }
 
 /*
- * Keep a counter's rows and total, seen again with a snapshot taken after
- * its layout word was read while nobody was changing its rows, so that they
- * stay its rows and total for as long as the word stays.  Only with shared
- * memory, and only once the word held still between two reads: a counter
- * whose rows change all the time is not worth a second scan.
+ * Do two MVCC snapshots of this transaction count the same transactions as
+ * ended?  Then they see the same rows, but for changes of its own (which no
+ * kept total trusts: they leave the layout word changing).  Copies lose
+ * snapXactCompletionCount, so the contents are compared; a new transaction
+ * that has not ended changes neither.
+ */
+static bool
+SnapshotsAlike(Snapshot a, Snapshot b)
+{
+	return a->snapshot_type == SNAPSHOT_MVCC && b->snapshot_type == SNAPSHOT_MVCC &&
+		!a->takenDuringRecovery && !b->takenDuringRecovery &&
+		!a->suboverflowed && !b->suboverflowed &&
+		a->xmin == b->xmin && a->xmax == b->xmax &&
+		a->xcnt == b->xcnt && a->subxcnt == b->subxcnt &&
+		memcmp(a->xip, b->xip, a->xcnt * sizeof(TransactionId)) == 0 &&
+		memcmp(a->subxip, b->subxip, a->subxcnt * sizeof(TransactionId)) == 0;
+}
+
+/*
+ * Keep a counter's rows and total, as the snapshot "seen" (NULL: none) saw
+ * them in sum and refs (n of nall rows), if that snapshot also sees them as
+ * they stand now that its layout word was read while nobody was changing its
+ * rows: they then stay its rows and total for as long as the word stays.
+ * That holds when seen and a snapshot taken after the word was read count
+ * the same transactions as ended (SnapshotsAlike).  Otherwise they are seen
+ * again with that later snapshot, but only once the word held still between
+ * two reads: a counter whose rows change all the time is not worth a second
+ * scan.  Only with shared memory.
  */
 static void
-KeepRows(Relation rel, CounterPlace *place)
+KeepRows(Relation rel, CounterPlace *place, Snapshot seen, int128 sum,
+		 ShardRef *refs, int n, int nall)
 {
 	uint64		word = LayoutWord(place->counter_id);
 	bool		still = word == place->last_word;
 	Snapshot	snapshot;
-	ShardRef   *refs = NULL;
-	int			n = 0;
-	int			nall = 0;
-	int128		sum;
 
 	place->last_word = word;
-	if (!LayoutSettled(word) || !still || !NodeRowsAlone() || IsolationIsSerializable())
+	if (!LayoutSettled(word) || !NodeRowsAlone() || IsolationIsSerializable())
 		return;
+	/* taken under ProcArrayLock: after the word was read */
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	sum = ScanShards(rel, place->counter_id, snapshot, 0, &refs, &n, &nall);
+	if (seen == NULL || refs == NULL || !SnapshotsAlike(seen, snapshot))
+	{
+		if (!still)
+		{
+			UnregisterSnapshot(snapshot);
+			return;
+		}
+		refs = NULL;
+		sum = ScanShards(rel, place->counter_id, snapshot, 0, &refs, &n, &nall);
+	}
 	if (RememberRows(rel, place, refs, nall == n ? n : -1))
 	{
+		KeptTotal	kept = {place->config_xmin, snapshot->xmax, word, sum};
+
 		place->cached = true;
 		place->sum = sum;
 		place->layout = word;
 		place->seen_xmax = snapshot->xmax;
+		ShareKeptTotal(place->counter_id, &kept);
 	}
 	UnregisterSnapshot(snapshot);
 }
@@ -382,6 +415,25 @@ ReadKeptTotal(CounterPlace *place, Snapshot snapshot, int128 *sum,
 }
 
 /*
+ * The total another session kept (counter_kept.c), on the same terms: kept
+ * for the config row version this session loaded, the word unchanged since,
+ * and every transaction the rows were seen with ended before this snapshot.
+ */
+static bool
+ReadSharedTotal(CounterPlace *place, Snapshot snapshot, int128 *sum)
+{
+	KeptTotal	kept;
+
+	if (place == NULL || !SharedKeptTotal(place->counter_id, &kept) ||
+		kept.config_xmin != place->config_xmin || !PlaceTrusted(place, snapshot) ||
+		LayoutWord(place->counter_id) != kept.layout ||
+		!TransactionIdFollowsOrEquals(snapshot->xmin, kept.seen_xmax))
+		return false;
+	*sum = kept.sum;
+	return true;
+}
+
+/*
  * Sum of a counter's shards as the active snapshot sees them; with refs,
  * also where each shard row is (palloc'd in the current context).  place,
  * if given, keeps the rows and their total, or remembers where a pinned
@@ -395,34 +447,44 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 	int128		sum;
 	ShardRef   *local = NULL;
 	int			nlocal = 0;
-	int			nall = 0;
+	int			nall = -1;
+	bool		keep;
 
 	if (!ActiveSnapshotSet())
 	{
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pushed = true;
 	}
-	if (ReadKeptTotal(place, GetActiveSnapshot(), &sum, refs, nrefs))
+	/* another session's total serves only a caller that needs no rows */
+	if (ReadKeptTotal(place, GetActiveSnapshot(), &sum, refs, nrefs) ||
+		(refs == NULL && ReadSharedTotal(place, GetActiveSnapshot(), &sum)))
 	{
 		if (pushed)
 			PopActiveSnapshot();
 		return sum;
 	}
+	keep = place != NULL && LayoutWordsAvailable();
+	/* keeping the total, or remembering a pinned counter's rows, needs refs */
+	if ((keep || (place != NULL && place->shards != 0)) && refs == NULL)
+		refs = &local, nrefs = &nlocal;
 	rel = table_open(ConfigRelid("counter_shards"), AccessShareLock);
-	if (!ReadKnownRows(rel, place, GetActiveSnapshot(), &sum, refs, nrefs))
+	if (ReadKnownRows(rel, place, GetActiveSnapshot(), &sum, refs, nrefs))
 	{
-		if (place && !refs)
-			refs = &local, nrefs = &nlocal;
+		nall = refs ? *nrefs : -1;
+		/* read from the rows' places: keep the total too */
+		if (keep && !place->cached)
+			KeepRows(rel, place, GetActiveSnapshot(), sum, *refs, *nrefs, nall);
+	}
+	else
+	{
 		sum = ScanShards(rel, counter_id, GetActiveSnapshot(),
 						 SessionNodeId() * NODE_SHARDS, refs, nrefs, &nall);
 		/* only rows that are all this node's can be read from their places */
-		if (place && LayoutWordsAvailable())
-			KeepRows(rel, place);
-		else if (place && place->shards != 0 && refs)
+		if (keep)
+			KeepRows(rel, place, GetActiveSnapshot(), sum, *refs, *nrefs, nall);
+		else if (place && place->shards != 0)
 			(void) RememberRows(rel, place, *refs, nall == *nrefs ? *nrefs : -1);
 	}
-	else if (place && !place->cached && LayoutWordsAvailable())
-		KeepRows(rel, place);	/* read from the rows' places: keep the total too */
 	if (pushed)
 		PopActiveSnapshot();
 	table_close(rel, AccessShareLock);

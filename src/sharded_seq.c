@@ -34,7 +34,7 @@ static emit_log_hook_type prev_emit_log_hook = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* Shared memory: statistics, buffered counters' slots, the workers' state. */
+/* Shared memory: statistics, buffered counters' slots, kept totals, the workers' state. */
 static void
 ShmemRequest(void)
 {
@@ -42,6 +42,7 @@ ShmemRequest(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(CountsShmemSize());
 	RequestAddinShmemSpace(SlotsShmemSize());
+	RequestAddinShmemSpace(KeptShmemSize());
 	RequestAddinShmemSpace(WorkerShmemSize());
 	RequestNamedLWLockTranche("sharded_seq", 1);
 	RequestNamedLWLockTranche("sharded_seq buffered", 1);
@@ -56,6 +57,7 @@ ShmemStartup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	CountsShmemInit();
 	SlotsShmemInit();
+	KeptShmemInit();
 	WorkerShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -206,6 +208,12 @@ _PG_init(void)
 							"Counters that can hold increments in shared memory at once (mode 'buffered').",
 							"When three quarters of the slots are taken, a commit adds to the counter's rows instead, as in mode 'exact'.  Takes effect only with sharded_seq in shared_preload_libraries.",
 							&BufferedSlots, 4096, 16, 1048576,
+							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
+							0, NULL, NULL, NULL);
+	DefineCustomIntVariable("sharded_seq.shared_totals",
+							"Counter totals shared memory keeps for every session (0: none).",
+							"A session meeting a counter for the first time reads a total another session kept instead of its rows; each costs 64 bytes.  Takes effect only with sharded_seq in shared_preload_libraries.",
+							&SharedTotals, 65536, 0, 16777216,
 							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
 							0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("sharded_seq");

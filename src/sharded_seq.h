@@ -279,6 +279,20 @@ extern void LayoutChangingAll(void);
 extern void NoteForeignRows(void);
 extern bool ForeignRowsSeen(void);
 
+/* counter_kept.c: totals kept in shared memory, for every session */
+typedef struct KeptTotal
+{
+	TransactionId config_xmin;	/* the config row version they hold for */
+	TransactionId seen_xmax;	/* xmax of the snapshot the rows were seen with */
+	uint64		layout;			/* LayoutWord() when they were seen */
+	int128		sum;
+} KeptTotal;
+extern int	SharedTotals;
+extern Size KeptShmemSize(void);
+extern void KeptShmemInit(void);
+extern bool SharedKeptTotal(int32 counter_id, KeptTotal *total);
+extern void ShareKeptTotal(int32 counter_id, const KeptTotal *total);
+
 /* worker.c: the launcher and one worker per database */
 extern void WorkerRegister(void);
 extern Size WorkerShmemSize(void);

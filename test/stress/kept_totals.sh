@@ -4,7 +4,13 @@
 #      at zero) is committed by COMMIT PREPARED: a session that kept the
 #      total must see its increment;
 #   2. on a hot standby, WAL replay changes rows: a standby session must see
-#      every increment the primary commits.
+#      every increment the primary commits;
+#   3. a total read with a snapshot older than a commit (REPEATABLE READ)
+#      must not be kept past it: the session's next transaction sees it;
+#   4. totals shared between sessions (sharded_seq.shared_totals): a new
+#      session must not take one that a commit has made old, nor one newer
+#      than its snapshot; and new sessions reading while commits go on never
+#      see a total outside the ledger written in the same transactions.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -70,4 +76,79 @@ for want in 201 301; do
     [ "$got" = "$want" ] || fail "a standby session kept a total that replay had changed"
 done
 session_close S
+
+echo "== 3. a snapshot older than a commit"
+q "SELECT counter_incr('r', 5)" >/dev/null
+for name in r c; do
+    before="$(q "SELECT counter_value('$name')")"
+    session_open O
+    # the snapshot is taken by SELECT 1, before the other session's commit
+    session_send O "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;"
+    session_sync O
+    q "SELECT counter_incr('$name', 1000)" >/dev/null
+    session_send O "SELECT counter_value('$name'); SELECT counter_value('$name'); SELECT counter_value('$name');"
+    [ "$(last_value O)" = "$before" ] || fail "the old snapshot reads $(last_value O) of $name, not $before"
+    session_send O "COMMIT; SELECT counter_value('$name'); SELECT counter_value('$name');"
+    got="$(last_value O)"
+    echo "RESULT $name after a transaction whose snapshot predates a commit, the session reads $got (want $((before + 1000)))"
+    [ "$got" = "$((before + 1000))" ] || fail "a total read with an old snapshot was kept past a commit"
+    session_close O
+done
+
+echo "== 4. totals shared between sessions"
+q "SELECT counter_incr('s', 7)" >/dev/null
+# a first session keeps the total (and shares it)
+q "SELECT counter_value('s'), counter_value('s')" >/dev/null
+psql -qXAt -d stress -c "SELECT counter_value('s')" -c "SELECT counter_value('s')" >/dev/null
+q "SELECT counter_incr('s', 1000)" >/dev/null
+got="$(q "SELECT counter_value('s')")"
+echo "RESULT a new session after a commit reads $got (want 1007)"
+[ "$got" = 1007 ] || fail "a new session took a shared total that a commit had made old"
+session_open O
+session_send O "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;"
+session_sync O
+q "SELECT counter_incr('s', 1000)" >/dev/null
+# another session keeps the newer total
+psql -qXAt -d stress -c "SELECT counter_value('s')" -c "SELECT counter_value('s')" >/dev/null
+session_send O "SELECT counter_value('s');"
+got="$(last_value O)"
+echo "RESULT a snapshot older than the shared total reads $got (want 1007)"
+[ "$got" = 1007 ] || fail "a session took a shared total newer than its snapshot"
+session_send O "COMMIT;"
+session_close O
+
+psql -qX -v ON_ERROR_STOP=1 -d stress >/dev/null <<'SQL'
+CREATE TABLE ledger (c int, d bigint);
+CREATE TABLE seen_wrong (c int, lo bigint, v bigint, hi bigint);
+SELECT counter_incr('k' || g, 0) FROM generate_series(1, 20) g;
+SQL
+cat >"$WORK/write.sql" <<'SQL'
+\set i random(1, 20)
+\set d random(1, 9)
+BEGIN;
+SELECT counter_incr('k' || :i, :d);
+INSERT INTO ledger VALUES (:i, :d);
+COMMIT;
+SQL
+# read committed: each statement's snapshot is newer than the one before
+cat >"$WORK/read.sql" <<'SQL'
+\set i random(1, 20)
+SELECT coalesce(sum(d), 0) AS lo FROM ledger WHERE c = :i \gset
+SELECT counter_value('k' || :i) AS v \gset
+SELECT coalesce(sum(d), 0) AS hi FROM ledger WHERE c = :i \gset
+INSERT INTO seen_wrong SELECT :i, :lo, :v, :hi WHERE :v < :lo OR :v > :hi;
+SQL
+pgbench -n -c 4 -j 2 -T 8 -f "$WORK/write.sql" stress >"$WORK/write.log" 2>&1 &
+writers=$!
+# -C: a new session for every read, which meets the counter for the first time
+pgbench -n -C -c 4 -j 2 -T 8 -f "$WORK/read.sql" stress >"$WORK/read.log" 2>&1 || fail "readers: $(tail -3 "$WORK/read.log")"
+wait "$writers" || fail "writers: $(tail -3 "$WORK/write.log")"
+reads="$(awk '/^number of transactions actually processed/ {print $NF}' "$WORK/read.log")"
+wrong="$(q "SELECT count(*) FROM seen_wrong")"
+differ="$(q "SELECT count(*) FROM generate_series(1, 20) g
+             WHERE counter_value('k' || g) <> (SELECT coalesce(sum(d), 0) FROM ledger WHERE c = g)")"
+echo "RESULT $reads reads from new sessions during commits: $wrong outside the ledger; $differ counters differ from it after"
+[ "${reads:-0}" -gt 100 ] || fail "too few reads ($reads) to mean anything"
+[ "$wrong" = 0 ] || fail "a new session read a total outside the ledger: $(q "SELECT * FROM seen_wrong LIMIT 3")"
+[ "$differ" = 0 ] || fail "$differ counters differ from the ledger"
 echo "kept totals test passed"
