@@ -267,6 +267,8 @@ LoadCounterConfig(CounterEntry *entry)
 		entry->place.counter_id = entry->id;
 		entry->place.shards = entry->shards;
 		entry->place.config_xmin = row.xmin;
+		/* the latest snapshot sees it: committed, unless it is ours */
+		entry->place.config_committed = !TransactionIdIsValid(entry->own_xid);
 		ForgetRows(&entry->place);
 		entry->shard = (int32) ((CounterSalt + (uint32) entry->id) %
 								(uint32) (entry->shards > 0 ? entry->shards : MaxCounterShards));
@@ -313,6 +315,8 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 	{
 		if (!TransactionIdDidCommit(entry->own_xid))
 			entry->loaded_epoch = 0;
+		else
+			entry->place.config_committed = true;
 		entry->own_xid = InvalidTransactionId;
 	}
 	if (entry->loaded_epoch != ConfigEpoch || !entry->exists)
@@ -547,7 +551,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			ClearPending();		/* its frames go with TopTransactionContext */
 			Dropped = NULL;
-			LayoutXactEnd(false);
+			LayoutXactEnd();
 			BufferXactCommit();
 			BufferAtCommit();
 			WorkerXactEnd();
@@ -555,7 +559,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 			ClearPending();
 			Dropped = NULL;
-			LayoutXactEnd(true);
+			LayoutXactEnd();
 			BufferXactCommit();	/* nothing was reserved or taken */
 			BufferAtCommit();	/* nothing was buffered: only leftovers are kept */
 			WorkerXactEnd();
@@ -564,7 +568,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			ClearPending();
 			Dropped = NULL;
-			LayoutXactEnd(false);
+			LayoutXactEnd();
 			BufferXactAbort();
 			BufferAtAbort();
 			WorkerXactEnd();

@@ -59,7 +59,8 @@ StaticAssertDecl(sizeof(BufferSlot) == PG_CACHE_LINE_SIZE,
  * adds to the count and takes itself out.  A reader that saw a settled word
  * (nobody changing) and then took a snapshot has every row; while the word
  * stays the same, remembered rows are still all the rows.  A prepared
- * transaction stays "changing" for good: nobody knows when it will commit.
+ * transaction takes itself out at PREPARE: its changes stay invisible (its
+ * xid is still running) until COMMIT PREPARED, which marks every word.
  */
 #define LAYOUT_BUCKETS		4096
 #define LAYOUT_CHANGING_BITS 20
@@ -873,10 +874,10 @@ LayoutChangingAll(void)
 
 /* At the end of the transaction (after its commit is visible), or at PREPARE. */
 void
-LayoutXactEnd(bool prepared)
+LayoutXactEnd(void)
 {
 	for (int i = 0; i < NChanging; i++)
-		pg_atomic_fetch_add_u64(Changing[i], prepared ? LAYOUT_COUNT_ONE : LAYOUT_COUNT_ONE - 1);
+		pg_atomic_fetch_add_u64(Changing[i], LAYOUT_COUNT_ONE - 1);
 	NChanging = 0;
 }
 

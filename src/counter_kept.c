@@ -171,3 +171,33 @@ ShareKeptTotal(int32 counter_id, const KeptTotal *total)
 	pg_write_barrier();
 	pg_atomic_write_u32(&victim->seq, seq + 2);
 }
+
+/*
+ * A database was created: totals of an earlier database with its OID (CREATE
+ * DATABASE ... OID, made from the same template) would pass every check.
+ * Nobody can connect to it before this transaction commits.
+ */
+void
+ForgetSharedTotals(Oid dbid)
+{
+	if (Kept == NULL || !OidIsValid(dbid))
+		return;
+	for (uint32 i = 0; i < Kept->nbuckets * KEPT_WAYS; i++)
+	{
+		KeptEntry  *e = &Kept->entries[i];
+		uint32		seq = pg_atomic_read_u32(&e->seq);
+
+		if (e->dbid != dbid)
+			continue;
+		/* a writer of this entry would be a session of a dropped database */
+		while ((seq & 1) || !pg_atomic_compare_exchange_u32(&e->seq, &seq, seq + 1))
+		{
+			pg_spin_delay();
+			seq = pg_atomic_read_u32(&e->seq);
+		}
+		if (e->dbid == dbid)
+			e->dbid = InvalidOid;
+		pg_write_barrier();
+		pg_atomic_write_u32(&e->seq, seq + 2);
+	}
+}

@@ -94,7 +94,9 @@ FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row)
 		row->owner = DatumGetObjectId(heap_getattr(tup, Anum_config_owner, desc, &isnull));
 		d = heap_getattr(tup, Anum_config_acl, desc, &isnull);
 		row->acl = CopyAcl(d, isnull);
-		row->xmin = HeapTupleHeaderGetRawXmin(tup->t_data);
+		/* frozen: its raw xid may be older than the commit log kept */
+		row->xmin = HeapTupleHeaderXminFrozen(tup->t_data) ? FrozenTransactionId
+			: HeapTupleHeaderGetRawXmin(tup->t_data);
 		found = true;
 	}
 	systable_endscan(scan);
@@ -159,7 +161,8 @@ ScanShards(Relation rel, int32 counter_id, Snapshot snapshot, int32 base,
  * version (the counter's last layout change) must be visible to it; never
  * under SERIALIZABLE (reads must take predicate locks through the index), nor
  * where node ids are in use (NodeRowsAlone): other nodes' rows of the counter
- * may appear at any moment.
+ * may appear at any moment.  A version loaded committed is not looked up in
+ * the commit log again: after enough transactions its xid is no longer there.
  */
 static bool
 PlaceTrusted(CounterPlace *place, Snapshot snapshot)
@@ -167,7 +170,7 @@ PlaceTrusted(CounterPlace *place, Snapshot snapshot)
 	return place != NULL && !IsolationIsSerializable() && NodeRowsAlone() &&
 		TransactionIdIsValid(place->config_xmin) &&
 		!XidInMVCCSnapshot(place->config_xmin, snapshot) &&
-		TransactionIdDidCommit(place->config_xmin);
+		(place->config_committed || TransactionIdDidCommit(place->config_xmin));
 }
 
 /*

@@ -187,6 +187,7 @@ typedef struct CounterPlace
 	int32		counter_id;
 	int32		shards;			/* pinned layout, or 0: adaptive */
 	TransactionId config_xmin;	/* the counter_config row version loaded */
+	bool		config_committed;	/* known committed, without the commit log */
 	ItemPointerData *roots;		/* pinned: each shard's HOT root, in
 								 * TopMemoryContext, or NULL */
 	int			nroots;			/* rows remembered in refs */
@@ -274,7 +275,7 @@ extern bool LayoutWordsAvailable(void);
 extern uint64 LayoutWord(int32 counter_id);
 extern bool LayoutSettled(uint64 word);
 extern void LayoutChanging(int32 counter_id);
-extern void LayoutXactEnd(bool prepared);
+extern void LayoutXactEnd(void);
 extern void LayoutChangingAll(void);
 extern void NoteForeignRows(void);
 extern bool ForeignRowsSeen(void);
@@ -292,6 +293,7 @@ extern Size KeptShmemSize(void);
 extern void KeptShmemInit(void);
 extern bool SharedKeptTotal(int32 counter_id, KeptTotal *total);
 extern void ShareKeptTotal(int32 counter_id, const KeptTotal *total);
+extern void ForgetSharedTotals(Oid dbid);
 
 /* worker.c: the launcher and one worker per database */
 extern void WorkerRegister(void);

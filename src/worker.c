@@ -1152,6 +1152,8 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (IsA(stmt, CreateExtensionStmt) &&
 		strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0)
 		WorkerNoteDatabase();
+	if (IsA(stmt, CreatedbStmt))
+		ForgetSharedTotals(get_database_oid(((CreatedbStmt *) stmt)->dbname, true));
 }
 
 void

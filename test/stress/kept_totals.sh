@@ -10,7 +10,11 @@
 #   4. totals shared between sessions (sharded_seq.shared_totals): a new
 #      session must not take one that a commit has made old, nor one newer
 #      than its snapshot; and new sessions reading while commits go on never
-#      see a total outside the ledger written in the same transactions.
+#      see a total outside the ledger written in the same transactions;
+#   5. a database dropped and created again with the same OID from the same
+#      template must not read the dropped one's shared totals;
+#   6. after PREPARE TRANSACTION and COMMIT PREPARED, the counter's total is
+#      kept again (it used to stay unkept until a restart).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -151,4 +155,42 @@ echo "RESULT $reads reads from new sessions during commits: $wrong outside the l
 [ "${reads:-0}" -gt 100 ] || fail "too few reads ($reads) to mean anything"
 [ "$wrong" = 0 ] || fail "a new session read a total outside the ledger: $(q "SELECT * FROM seen_wrong LIMIT 3")"
 [ "$differ" = 0 ] || fail "$differ counters differ from the ledger"
+
+echo "== 5. a database created again with the same OID"
+psql -qX -v ON_ERROR_STOP=1 -d postgres >/dev/null <<'SQL'
+CREATE DATABASE tmpl;
+\c tmpl
+CREATE EXTENSION sharded_seq;
+SELECT sharded_seq.create_counter('c', shards => 4);
+SELECT counter_incr('c', 5);
+\c postgres
+CREATE DATABASE again TEMPLATE tmpl OID 70000;
+\c again
+SELECT counter_incr('c', 1000);
+SQL
+# keep (and share) the total of the first database "again"
+psql -qXAt -d again -c "SELECT counter_value('c')" -c "SELECT counter_value('c')" -c "SELECT counter_value('c')" >/dev/null
+psql -qX -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE again" -c "CREATE DATABASE again TEMPLATE tmpl OID 70000" >/dev/null
+got="$(psql -qXAt -d again -c "SELECT counter_value('c')")"
+echo "RESULT the new database with the dropped one's OID reads $got (want 5)"
+[ "$got" = 5 ] || fail "a database read the shared total of a dropped database with its OID"
+
+echo "== 6. PREPARE TRANSACTION leaves the word settled"
+q "SELECT counter_incr('p', 1)" >/dev/null
+psql -qX -v ON_ERROR_STOP=1 -d stress -c "BEGIN" -c "SELECT counter_incr('p', 10)" -c "PREPARE TRANSACTION 'p2'" >/dev/null
+q "COMMIT PREPARED 'p2'" >/dev/null
+session_open R
+session_send R "SELECT counter_value('p'); SELECT counter_value('p');"
+[ "$(last_value R)" = 11 ] || fail "R reads $(last_value R) after COMMIT PREPARED, not 11"
+# a kept total reads no row: it needs no lock on counter_shards
+session_open L
+session_send L "BEGIN; LOCK TABLE sharded_seq.counter_shards IN ACCESS EXCLUSIVE MODE; SELECT 1;"
+session_sync L
+session_send R "SET lock_timeout = '1s'; SELECT 'locked ' || counter_value('p');"
+got="$(last_value R)"
+session_send L "ROLLBACK;"
+session_close L
+echo "RESULT after PREPARE and COMMIT PREPARED, with counter_shards locked, R reads '$got' (want 'locked 11', from its kept total)"
+[ "$got" = "locked 11" ] || fail "a counter whose increment was prepared is not kept again ($(tail -2 "$WORK/R.err" 2>/dev/null))"
+session_close R
 echo "kept totals test passed"
