@@ -56,6 +56,14 @@ ShardedHeapUpdate(Relation rel, ItemPointer otid, HeapTuple newtup,
 	return result;
 }
 
+/* The shared transaction counters were renamed in 17. */
+#include "access/transam.h"
+#if PG_VERSION_NUM >= 170000
+#define ShardedTransamVariables TransamVariables
+#else
+#define ShardedTransamVariables ShmemVariableCache
+#endif
+
 /* Ownership checks were renamed in 16. */
 #include "catalog/pg_database.h"
 #include "utils/acl.h"

@@ -366,6 +366,15 @@ KeepRows(Relation rel, CounterPlace *place, Snapshot seen, int128 sum,
 	place->last_word = word;
 	if (!LayoutSettled(word) || !NodeRowsAlone() || IsolationIsSerializable())
 		return;
+	/*
+	 * A look without the lock first: once a transaction newer than seen's
+	 * xmax has ended, the snapshots differ, and a counter met for the first
+	 * time under commits is not worth a fresh snapshot.
+	 */
+	if (!still && (seen == NULL ||
+				   !TransactionIdPrecedes(XidFromFullTransactionId(ShardedTransamVariables->latestCompletedXid),
+										  seen->xmax)))
+		return;
 	/* taken under ProcArrayLock: after the word was read */
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	if (seen == NULL || refs == NULL || !SnapshotsAlike(seen, snapshot))
