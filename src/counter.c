@@ -308,15 +308,14 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 
 	/*
 	 * Creating a counter announces nothing (nobody caches a name that does
-	 * not exist), so a creation of ours that was rolled back shows here.
+	 * not exist), so a creation of ours that was rolled back shows here: load
+	 * it again.  Not by asking the commit log, which may have dropped that
+	 * xid by the time the session comes back to the counter.
 	 */
 	if (TransactionIdIsValid(entry->own_xid) &&
 		!TransactionIdIsCurrentTransactionId(entry->own_xid))
 	{
-		if (!TransactionIdDidCommit(entry->own_xid))
-			entry->loaded_epoch = 0;
-		else
-			entry->place.config_committed = true;
+		entry->loaded_epoch = 0;
 		entry->own_xid = InvalidTransactionId;
 	}
 	if (entry->loaded_epoch != ConfigEpoch || !entry->exists)
