@@ -86,6 +86,14 @@ KeptBucket(Oid install, int32 counter_id)
 	return &Kept->entries[(h % Kept->nbuckets) * KEPT_WAYS];
 }
 
+/* Is a copied entry this counter's, of this database and installation? */
+static bool
+EntryIs(const KeptEntry *copy, Oid install, int32 counter_id)
+{
+	return copy->dbid == MyDatabaseId && copy->install == install &&
+		copy->counter_id == counter_id;
+}
+
 /*
  * Copy an entry, if nobody wrote it meanwhile.  The keys are copied under
  * the seqlock too: a reused entry must not pass for another counter's.
@@ -121,8 +129,7 @@ SharedKeptTotal(int32 counter_id, KeptTotal *total)
 	{
 		KeptEntry	copy;
 
-		if (ReadEntry(&bucket[i], &copy) && copy.dbid == MyDatabaseId &&
-			copy.install == install && copy.counter_id == counter_id)
+		if (ReadEntry(&bucket[i], &copy) && EntryIs(&copy, install, counter_id))
 		{
 			*total = copy.total;
 			return true;
@@ -154,8 +161,7 @@ ShareKeptTotal(int32 counter_id, const KeptTotal *total)
 
 		if (!ReadEntry(&bucket[i], &copy))
 			continue;
-		if ((copy.dbid == MyDatabaseId && copy.install == install &&
-			 copy.counter_id == counter_id) || copy.dbid == InvalidOid)
+		if (EntryIs(&copy, install, counter_id) || copy.dbid == InvalidOid)
 			victim = &bucket[i];
 	}
 	if (victim == NULL)

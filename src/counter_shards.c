@@ -345,10 +345,11 @@ SnapshotsAlike(Snapshot a, Snapshot b)
 }
 
 /*
- * Keep a counter's rows and total, as the snapshot "seen" (NULL: none) saw
- * them in sum and refs (n of nall rows), if that snapshot also sees them as
- * they stand now that its layout word was read while nobody was changing its
- * rows: they then stay its rows and total for as long as the word stays.
+ * Keep a counter's rows and total, as the snapshot "seen" saw them in sum
+ * and refs (n of nall rows; refs NULL: none), if that snapshot also sees
+ * them as they stand now that its layout word was read while nobody was
+ * changing its rows: they then stay its rows and total for as long as the
+ * word stays.
  * That holds when seen and a snapshot taken after the word was read count
  * the same transactions as ended (SnapshotsAlike).  Otherwise they are seen
  * again with that later snapshot, but only once the word held still between
@@ -371,13 +372,13 @@ KeepRows(Relation rel, CounterPlace *place, Snapshot seen, int128 sum,
 	 * xmax has ended, the snapshots differ, and a counter met for the first
 	 * time under commits is not worth a fresh snapshot.
 	 */
-	if (!still && (seen == NULL ||
-				   !TransactionIdPrecedes(XidFromFullTransactionId(ShardedTransamVariables->latestCompletedXid),
-										  seen->xmax)))
+	if (!still &&
+		!TransactionIdPrecedes(XidFromFullTransactionId(ShardedTransamVariables->latestCompletedXid),
+							   seen->xmax))
 		return;
 	/* taken under ProcArrayLock: after the word was read */
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	if (seen == NULL || refs == NULL || !SnapshotsAlike(seen, snapshot))
+	if (refs == NULL || !SnapshotsAlike(seen, snapshot))
 	{
 		if (!still)
 		{
@@ -389,34 +390,41 @@ KeepRows(Relation rel, CounterPlace *place, Snapshot seen, int128 sum,
 	}
 	if (RememberRows(rel, place, refs, nall == n ? n : -1))
 	{
-		KeptTotal	kept = {place->config_xmin, snapshot->xmax, word, sum};
-
 		place->cached = true;
-		place->sum = sum;
-		place->layout = word;
-		place->seen_xmax = snapshot->xmax;
-		ShareKeptTotal(place->counter_id, &kept);
+		place->kept.config_xmin = place->config_xmin;
+		place->kept.seen_xmax = snapshot->xmax;
+		place->kept.layout = word;
+		place->kept.sum = sum;
+		ShareKeptTotal(place->counter_id, &place->kept);
 	}
 	UnregisterSnapshot(snapshot);
 }
 
 /*
- * The total kept with a counter's rows, if it still holds for this snapshot:
- * the word is read after the snapshot was taken, so a change the snapshot
- * sees has moved it (every insert, update and delete of a shard row marks it
- * first).  And the snapshot must see everything the rows were seen with:
- * every transaction below that snapshot's xmax has ended before this one was
- * taken.  No buffer, not even the table, is touched.
+ * Does a kept total still hold for this snapshot?  It must be kept for the
+ * config row version this session loaded.  The word is read after the
+ * snapshot was taken, so a change the snapshot sees has moved it (every
+ * insert, update and delete of a shard row marks it first).  And the
+ * snapshot must see everything the rows were seen with: every transaction
+ * below that snapshot's xmax has ended before this one was taken.  No
+ * buffer, not even the table, is touched.
  */
+static bool
+TotalHolds(CounterPlace *place, const KeptTotal *kept, Snapshot snapshot)
+{
+	return kept->config_xmin == place->config_xmin && PlaceTrusted(place, snapshot) &&
+		LayoutWord(place->counter_id) == kept->layout &&
+		TransactionIdFollowsOrEquals(snapshot->xmin, kept->seen_xmax);
+}
+
+/* The total this session kept with a counter's rows, if it still holds. */
 static bool
 ReadKeptTotal(CounterPlace *place, Snapshot snapshot, int128 *sum,
 			  ShardRef **refs, int *nrefs)
 {
-	if (place == NULL || !place->cached || !PlaceTrusted(place, snapshot) ||
-		LayoutWord(place->counter_id) != place->layout ||
-		!TransactionIdFollowsOrEquals(snapshot->xmin, place->seen_xmax))
+	if (place == NULL || !place->cached || !TotalHolds(place, &place->kept, snapshot))
 		return false;
-	*sum = place->sum;
+	*sum = place->kept.sum;
 	if (refs)
 	{
 		*refs = palloc(Max(place->nroots, 1) * sizeof(ShardRef));
@@ -426,20 +434,14 @@ ReadKeptTotal(CounterPlace *place, Snapshot snapshot, int128 *sum,
 	return true;
 }
 
-/*
- * The total another session kept (counter_kept.c), on the same terms: kept
- * for the config row version this session loaded, the word unchanged since,
- * and every transaction the rows were seen with ended before this snapshot.
- */
+/* The total another session kept (counter_kept.c), on the same terms. */
 static bool
 ReadSharedTotal(CounterPlace *place, Snapshot snapshot, int128 *sum)
 {
 	KeptTotal	kept;
 
 	if (place == NULL || !SharedKeptTotal(place->counter_id, &kept) ||
-		kept.config_xmin != place->config_xmin || !PlaceTrusted(place, snapshot) ||
-		LayoutWord(place->counter_id) != kept.layout ||
-		!TransactionIdFollowsOrEquals(snapshot->xmin, kept.seen_xmax))
+		!TotalHolds(place, &kept, snapshot))
 		return false;
 	*sum = kept.sum;
 	return true;
@@ -459,7 +461,7 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 	int128		sum;
 	ShardRef   *local = NULL;
 	int			nlocal = 0;
-	int			nall = -1;
+	int			nall = 0;
 	bool		keep;
 
 	if (!ActiveSnapshotSet())
@@ -482,10 +484,9 @@ CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs, int *nrefs)
 	rel = table_open(ConfigRelid("counter_shards"), AccessShareLock);
 	if (ReadKnownRows(rel, place, GetActiveSnapshot(), &sum, refs, nrefs))
 	{
-		nall = refs ? *nrefs : -1;
-		/* read from the rows' places: keep the total too */
+		/* read from the rows' places (all of them): keep the total too */
 		if (keep && !place->cached)
-			KeepRows(rel, place, GetActiveSnapshot(), sum, *refs, *nrefs, nall);
+			KeepRows(rel, place, GetActiveSnapshot(), sum, *refs, *nrefs, *nrefs);
 	}
 	else
 	{

@@ -181,6 +181,19 @@ typedef struct ShardRef
 	int64		value;
 } ShardRef;
 
+/*
+ * A counter's total as a snapshot saw its rows, and what says how long it
+ * holds (counter_shards.c); a session keeps its own, and shares them
+ * (counter_kept.c).
+ */
+typedef struct KeptTotal
+{
+	TransactionId config_xmin;	/* the config row version they hold for */
+	TransactionId seen_xmax;	/* xmax of the snapshot the rows were seen with */
+	uint64		layout;			/* LayoutWord() when they were seen */
+	int128		sum;
+} KeptTotal;
+
 /* Where a pinned counter's shard rows were last seen, per backend. */
 typedef struct CounterPlace
 {
@@ -193,9 +206,7 @@ typedef struct CounterPlace
 	int			nroots;			/* rows remembered in refs */
 	/* with shared memory (counter_buffer.c): the rows and their total, kept */
 	bool		cached;
-	uint64		layout;			/* LayoutWord() when the rows were seen */
-	TransactionId seen_xmax;	/* xmax of the snapshot they were seen with */
-	int128		sum;
+	KeptTotal	kept;			/* their total, while cached */
 	ShardRef   *refs;			/* in TopMemoryContext, nroots of them */
 	uint64		last_word;		/* the word at the previous read */
 } CounterPlace;
@@ -281,13 +292,6 @@ extern void NoteForeignRows(void);
 extern bool ForeignRowsSeen(void);
 
 /* counter_kept.c: totals kept in shared memory, for every session */
-typedef struct KeptTotal
-{
-	TransactionId config_xmin;	/* the config row version they hold for */
-	TransactionId seen_xmax;	/* xmax of the snapshot the rows were seen with */
-	uint64		layout;			/* LayoutWord() when they were seen */
-	int128		sum;
-} KeptTotal;
 extern int	SharedTotals;
 extern Size KeptShmemSize(void);
 extern void KeptShmemInit(void);
