@@ -10,6 +10,11 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_trigger.h"
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "commands/trigger.h"
+#include "utils/fmgroids.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -223,6 +228,137 @@ bool
 NodeClaimsStored(void)
 {
 	return OidIsValid(get_relname_relid("node_claims", ConfigNamespace()));
+}
+
+/*
+ * This database's counter_shards, or InvalidOid if the extension is not
+ * installed.  Never raises an error.
+ */
+Oid
+ShardsRelidIfInstalled(void)
+{
+	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+
+	return OidIsValid(namespace) ? get_relname_relid("counter_shards", namespace) : InvalidOid;
+}
+
+/*
+ * Is the safety net of kept totals in place on counter_shards, as snapshot
+ * sees pg_trigger: the trigger rows_changed_elsewhere, enabled ALWAYS, for
+ * every row inserted, updated or deleted (no column list, no WHEN), and for
+ * TRUNCATE?  A schema older than 1.3 has none; a disabled one, as pg_restore
+ * --disable-triggers leaves it for a moment, hides writes from the marks.
+ */
+bool
+ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot)
+{
+	Relation	trigrel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tup;
+	bool		rows = false;
+	bool		truncate = false;
+	Oid			namespace = ConfigNamespace();
+
+	trigrel = table_open(TriggerRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_trigger_tgrelid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(shards_relid));
+	scan = systable_beginscan(trigrel, TriggerRelidNameIndexId, true, snapshot, 1, &key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_trigger t = (Form_pg_trigger) GETSTRUCT(tup);
+		char	   *fname;
+
+		if (t->tgenabled != TRIGGER_FIRES_ALWAYS || t->tgattr.dim1 != 0 ||
+			!heap_attisnull(tup, Anum_pg_trigger_tgqual, RelationGetDescr(trigrel)) ||
+			get_func_namespace(t->tgfoid) != namespace)
+			continue;
+		fname = get_func_name(t->tgfoid);
+		if (fname == NULL || strcmp(fname, "rows_changed_elsewhere") != 0)
+			continue;
+		if (TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_INSERT(t->tgtype) &&
+			TRIGGER_FOR_UPDATE(t->tgtype) && TRIGGER_FOR_DELETE(t->tgtype))
+			rows = true;
+		if (!TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_TRUNCATE(t->tgtype))
+			truncate = true;
+	}
+	systable_endscan(scan);
+	table_close(trigrel, AccessShareLock);
+	return rows && truncate;
+}
+
+/*
+ * The extension's triggers and when each must fire.  ALTER TABLE ... ENABLE
+ * TRIGGER ALL (as pg_restore --disable-triggers ends) enables every trigger
+ * "on origin", which would leave writes by logical replication's apply
+ * worker unmarked; RestoreTriggerModes puts them back.
+ */
+static const struct
+{
+	const char *table;
+	const char *trigger;
+	char		fires;
+	const char *mode;
+}			OwnTriggers[] =
+{
+	{"counter_shards", "rows_changed_elsewhere", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"counter_shards", "rows_truncated_elsewhere", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"node_claims", "claims_changed", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"counter_config", "config_replicated", TRIGGER_FIRES_ON_REPLICA, "REPLICA"},
+};
+
+/*
+ * After an ALTER TABLE: every trigger of the extension that is enabled but
+ * not in its own firing mode gets it back (a disabled one stays disabled,
+ * as a restore in progress leaves it), with a NOTICE.  Runs as the caller,
+ * who could alter the table.
+ */
+void
+RestoreTriggerModes(void)
+{
+	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+
+	if (!OidIsValid(namespace))
+		return;
+	for (int i = 0; i < lengthof(OwnTriggers); i++)
+	{
+		Oid			relid = get_relname_relid(OwnTriggers[i].table, namespace);
+		Relation	trigrel;
+		SysScanDesc scan;
+		ScanKeyData keys[2];
+		HeapTuple	tup;
+		char		enabled = TRIGGER_DISABLED;
+		char	   *sql;
+
+		if (!OidIsValid(relid))
+			continue;
+		trigrel = table_open(TriggerRelationId, AccessShareLock);
+		ScanKeyInit(&keys[0], Anum_pg_trigger_tgrelid, BTEqualStrategyNumber, F_OIDEQ,
+					ObjectIdGetDatum(relid));
+		ScanKeyInit(&keys[1], Anum_pg_trigger_tgname, BTEqualStrategyNumber, F_NAMEEQ,
+					CStringGetDatum(OwnTriggers[i].trigger));
+		scan = systable_beginscan(trigrel, TriggerRelidNameIndexId, true, NULL, 2, keys);
+		if (HeapTupleIsValid(tup = systable_getnext(scan)))
+			enabled = ((Form_pg_trigger) GETSTRUCT(tup))->tgenabled;
+		systable_endscan(scan);
+		table_close(trigrel, AccessShareLock);
+		if (enabled == TRIGGER_DISABLED || enabled == OwnTriggers[i].fires)
+			continue;
+		sql = psprintf("ALTER TABLE %s.%s ENABLE %s TRIGGER %s", SHARDED_SEQ_SCHEMA,
+					   OwnTriggers[i].table, OwnTriggers[i].mode, OwnTriggers[i].trigger);
+		ereport(NOTICE,
+				(errmsg("trigger %s on %s.%s fires %s again",
+						OwnTriggers[i].trigger, SHARDED_SEQ_SCHEMA, OwnTriggers[i].table,
+						OwnTriggers[i].mode),
+				 errdetail("The extension needs it to fire %s: logical replication's writes must reach it too.",
+						   OwnTriggers[i].mode)));
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "could not run: %s", sql);
+		SPI_finish();
+		pfree(sql);
+	}
 }
 
 /* A stored mode name, as the schema in force means it. */

@@ -94,15 +94,14 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 
 	shard_args[0] = Int32GetDatum(id);
 	shard_args[1] = Int32GetDatum(Max(shards, 1));
-	LayoutChanging(id);
 	shard_args[2] = Int32GetDatum(NodeShardBase());
 	PreparePlan(&shards_plan,
 				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
 				" SELECT $1, $3 OPERATOR(pg_catalog.+) g"
 				"   FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
 				3, shard_types);
-	if (SPI_execute_plan(shards_plan, shard_args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not create shards of counter \"%s\"", name);
+	ExecShardRowsSql(shards_plan, shard_args, NULL, SPI_OK_INSERT, id,
+					 psprintf("create shards of counter \"%s\"", name));
 	return true;
 }
 
@@ -225,11 +224,10 @@ RebuildShards(int32 id, int32 shards)
 				2, types2);
 	ExecOrFail(lock_plan, args, SPI_OK_SELECT, "lock counter shards");
 	total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	LayoutChanging(id);
 	PreparePlan(&delete_plan,
 				"DELETE FROM sharded_seq.counter_shards WHERE" NODE_ROWS_SQL,
 				2, types2);
-	ExecOrFail(delete_plan, args, SPI_OK_DELETE, "remove counter shards");
+	ExecShardRowsSql(delete_plan, args, NULL, SPI_OK_DELETE, id, "remove counter shards");
 	args[2] = Int32GetDatum(shards);
 	args[3] = total;
 	PreparePlan(&insert_plan,
@@ -238,7 +236,7 @@ RebuildShards(int32 id, int32 shards)
 				"        CASE WHEN g OPERATOR(pg_catalog.=) 0 THEN $4::pg_catalog.int8 ELSE 0 END"
 				"   FROM pg_catalog.generate_series(0, $3 OPERATOR(pg_catalog.-) 1) g",
 				4, types4);
-	ExecOrFail(insert_plan, args, SPI_OK_INSERT, "add counter shards");
+	ExecShardRowsSql(insert_plan, args, NULL, SPI_OK_INSERT, id, "add counter shards");
 }
 
 /* How many rows this node has of a counter. */
@@ -363,12 +361,11 @@ drop_counter(PG_FUNCTION_ARGS)
 	args[0] = Int32GetDatum(row.id);
 	LockCounterCommits(row.id);
 	CounterDroppedInXact(row.id);
-	LayoutChanging(row.id);
 	PreparePlan(&plan,
 				"WITH s AS (DELETE FROM sharded_seq.counter_shards WHERE counter_id OPERATOR(pg_catalog.=) $1)"
 				"DELETE FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
-	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
+	ExecShardRowsSql(plan, args, NULL, SPI_OK_DELETE, row.id, "drop counter");
 	AnnounceConfigChange("counter_config");
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();

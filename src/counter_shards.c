@@ -345,6 +345,28 @@ SnapshotsAlike(Snapshot a, Snapshot b)
 }
 
 /*
+ * Is the safety net of kept totals (the rule in counter_buffer.c) in place
+ * on rel, as snapshot sees the catalog?  snapshot was taken after net (the
+ * epoch) was read, so an answer found under net is good while the epoch
+ * stays: every change to the net moves it before it commits.
+ */
+static bool
+ShardsNetHolds(Relation rel, Snapshot snapshot, uint64 net)
+{
+	static uint64 checked_net = 0;
+	static Oid	checked_relid = InvalidOid;
+	static bool holds = false;
+
+	if (checked_net != net + 1 || checked_relid != RelationGetRelid(rel))
+	{
+		holds = ShardTriggersInPlace(RelationGetRelid(rel), snapshot);
+		checked_net = net + 1;
+		checked_relid = RelationGetRelid(rel);
+	}
+	return holds;
+}
+
+/*
  * Keep a counter's rows and total, as the snapshot "seen" saw them in sum
  * and refs (n of nall rows; refs NULL: none), if that snapshot also sees
  * them as they stand now that its layout word was read while nobody was
@@ -360,10 +382,17 @@ static void
 KeepRows(Relation rel, CounterPlace *place, Snapshot seen, int128 sum,
 		 ShardRef *refs, int n, int nall)
 {
-	uint64		word = LayoutWord(place->counter_id);
-	bool		still = word == place->last_word;
+	uint64		net;
+	uint64		word;
+	bool		still;
 	Snapshot	snapshot;
 
+	/* an invalidation of the table must find it known for what it is */
+	NoteShardsRelid(RelationGetRelid(rel));
+	pg_memory_barrier();
+	net = ShardsNetEpoch();
+	word = LayoutWord(place->counter_id);
+	still = word == place->last_word;
 	place->last_word = word;
 	if (!LayoutSettled(word) || !NodeRowsAlone() || IsolationIsSerializable())
 		return;
@@ -378,6 +407,11 @@ KeepRows(Relation rel, CounterPlace *place, Snapshot seen, int128 sum,
 		return;
 	/* taken under ProcArrayLock: after the word was read */
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	if (!ShardsNetHolds(rel, snapshot, net))
+	{
+		UnregisterSnapshot(snapshot);
+		return;
+	}
 	if (refs == NULL || !SnapshotsAlike(seen, snapshot))
 	{
 		if (!still)
@@ -388,7 +422,8 @@ KeepRows(Relation rel, CounterPlace *place, Snapshot seen, int128 sum,
 		refs = NULL;
 		sum = ScanShards(rel, place->counter_id, snapshot, 0, &refs, &n, &nall);
 	}
-	if (RememberRows(rel, place, refs, nall == n ? n : -1))
+	/* nothing that could hide a write happened since net was read */
+	if (RememberRows(rel, place, refs, nall == n ? n : -1) && ShardsNetEpoch() == net)
 	{
 		place->cached = true;
 		place->kept.config_xmin = place->config_xmin;
@@ -1197,4 +1232,43 @@ MaintainCounterRows(int32 counter_id, int32 base, bool fold,
 		result = keeper >= 0 ? MAINTAIN_FOLDED : MAINTAIN_GATHERED;
 	table_close(rel, NoLock);
 	return result;
+}
+
+/* ---- the engine's SQL writes of shard rows ---- */
+
+static bool EngineSqlWriting = false;
+
+/*
+ * Run a plan of the engine's that inserts or deletes shard rows of
+ * counter_id (as the owner, inside BeginAsOwner): the layout word is
+ * marked first (the rule in counter_buffer.c), and the trigger
+ * rows_changed_elsewhere knows the rows for the engine's own for as long as
+ * the plan runs, and for no other write.
+ */
+void
+ExecShardRowsSql(SPIPlanPtr plan, Datum *args, const char *nulls,
+				 int expected, int32 counter_id, const char *what)
+{
+	int			rc;
+
+	LayoutChanging(counter_id);
+	EngineSqlWriting = true;
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(plan, args, nulls, false, 0);
+	}
+	PG_FINALLY();
+	{
+		EngineSqlWriting = false;
+	}
+	PG_END_TRY();
+	if (rc != expected)
+		elog(ERROR, "could not %s: %s", what, SPI_result_code_string(rc));
+}
+
+/* Is the engine writing shard rows through SQL right now? */
+bool
+EngineWritesShardRows(void)
+{
+	return EngineSqlWriting;
 }

@@ -376,41 +376,52 @@ config_replicated(PG_FUNCTION_ARGS)
 }
 
 /*
- * Fired for every row of counter_shards written, or a claim changed, other
- * than by the engine (which writes the heap directly, or acts as the owner):
- * logical replication's apply worker, or a superuser by hand.  Before the
- * change can be seen, sessions are told that rows may now come and go
- * behind their back (no read from remembered places any more, in this
- * server's life when preloaded), and a changed claim is checked again.
+ * Fired for every row of counter_shards written and every TRUNCATE of it,
+ * and every claim changed (ENABLE ALWAYS: in logical replication's apply
+ * worker too).  A shard row write marks its counter's layout word (a
+ * TRUNCATE every word) before it can be seen, whoever makes it: this is
+ * the net under kept totals (the rule in counter_buffer.c).  A write other
+ * than the engine's own SQL (ExecShardRowsSql) also tells sessions that
+ * rows may now come and go behind their back (no read from remembered
+ * places any more, in this server's life when preloaded), and a changed
+ * claim is checked again.
  */
 PG_FUNCTION_INFO_V1(rows_changed_elsewhere);
 Datum
 rows_changed_elsewhere(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	bool		shards;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("sharded_seq.rows_changed_elsewhere() must be called as a trigger"),
 				 errhint("It is fired by changes to sharded_seq.counter_shards and sharded_seq.node_claims; do not call it directly.")));
-	/*
-	 * The engine's own statements run as the owner, restricted (BeginAsOwner),
-	 * and mark what they change themselves.
-	 */
-	if (InSecurityRestrictedOperation() && GetUserId() == ExtensionOwner())
-		return PointerGetDatum(NULL);
-	NoteForeignRows();
-	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) &&
-		RelationGetRelid(trigdata->tg_relation) == ConfigRelid("counter_shards"))
+	shards = RelationGetRelid(trigdata->tg_relation) == ConfigRelid("counter_shards");
+	if (shards)
 	{
-		HeapTuple	tup = trigdata->tg_trigtuple;
-		bool		isnull;
-		Datum		id = heap_getattr(tup, 1, RelationGetDescr(trigdata->tg_relation), &isnull);
+		NoteShardsRelid(RelationGetRelid(trigdata->tg_relation));
+		if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		{
+			bool		isnull;
+			Datum		id = heap_getattr(trigdata->tg_trigtuple, 1,
+										  RelationGetDescr(trigdata->tg_relation), &isnull);
 
-		if (!isnull)
-			LayoutChanging(DatumGetInt32(id));
+			if (!isnull)
+				LayoutChanging(DatumGetInt32(id));
+		}
+		else
+			LayoutChangingAll();
+		if (EngineWritesShardRows())
+			return PointerGetDatum(NULL);
 	}
+	else if (InSecurityRestrictedOperation() && GetUserId() == ExtensionOwner())
+	{
+		/* the engine's own claim (InsertClaim), made as the owner */
+		return PointerGetDatum(NULL);
+	}
+	NoteForeignRows();
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	return PointerGetDatum(NULL);
 }

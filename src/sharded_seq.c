@@ -229,5 +229,6 @@ _PG_init(void)
 		WorkerUtilityInit();
 	}
 	CatalogInit();
+	LayoutInit();
 	CounterInit();
 }

@@ -78,6 +78,9 @@ extern bool ShardLayoutsStored(void);
 extern bool AdaptiveCountersStored(void);
 extern bool WriteBehindModesSplit(void);
 extern bool NodeClaimsStored(void);
+extern Oid	ShardsRelidIfInstalled(void);
+extern bool ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot);
+extern void RestoreTriggerModes(void);
 extern CounterMode ParseCounterMode(const char *mode, int len);
 extern const char *StoredModeName(CounterMode mode);
 extern Oid	CurrentInstallation(void);
@@ -251,6 +254,10 @@ typedef enum MaintainResult
 	MAINTAIN_BUSY				/* a row was held or changed: undo, try later */
 } MaintainResult;
 
+extern void ExecShardRowsSql(SPIPlanPtr plan, Datum *args, const char *nulls,
+							 int expected, int32 counter_id, const char *what);
+extern bool EngineWritesShardRows(void);
+
 extern MaintainResult MaintainCounterRows(int32 counter_id, int32 base, bool fold,
 										  TransactionId idle_before);
 
@@ -290,6 +297,9 @@ extern void LayoutXactEnd(void);
 extern void LayoutChangingAll(void);
 extern void NoteForeignRows(void);
 extern bool ForeignRowsSeen(void);
+extern uint64 ShardsNetEpoch(void);
+extern void NoteShardsRelid(Oid relid);
+extern void LayoutInit(void);
 
 /* counter_kept.c: totals kept in shared memory, for every session */
 extern int	SharedTotals;

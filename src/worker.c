@@ -1123,6 +1123,19 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		(((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED ||
 		 ((TransactionStmt *) stmt)->kind == TRANS_STMT_ROLLBACK_PREPARED))
 		LayoutChangingAll();
+	/*
+	 * A command may change what the shard table is (DISABLE TRIGGER,
+	 * TRUNCATE, VACUUM FULL, ...): its invalidation must be known for one of
+	 * counter_shards here (the rule in counter_buffer.c), and an update of
+	 * the extension changes the rules themselves.
+	 */
+	if (LayoutWordsAvailable() && IsTransactionState())
+	{
+		NoteShardsRelid(ShardsRelidIfInstalled());
+		if (IsA(stmt, AlterExtensionStmt) &&
+			strcmp(((AlterExtensionStmt *) stmt)->extname, "sharded_seq") == 0)
+			LayoutChangingAll();
+	}
 	alone = DatabaseNeededAlone(stmt);
 	paused = PauseWorker(alone);
 	if (paused)
@@ -1152,6 +1165,9 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (IsA(stmt, CreateExtensionStmt) &&
 		strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0)
 		WorkerNoteDatabase();
+	/* ENABLE TRIGGER ALL must not leave our triggers firing on origin only */
+	if (IsA(stmt, AlterTableStmt) && IsTransactionState())
+		RestoreTriggerModes();
 	if (IsA(stmt, CreatedbStmt))
 		ForgetSharedTotals(get_database_oid(((CreatedbStmt *) stmt)->dbname, true));
 }
