@@ -17,6 +17,17 @@
  * commit is about to add to.  Shared memory exists only when the library is
  * in shared_preload_libraries; without it a buffered counter behaves as an
  * exact one.
+ *
+ * The worker's last flush loses nothing (a clean shutdown): a backend pins
+ * first and then asks whether the worker still takes amounts; the worker
+ * stops taking them and then waits until no slot of its database is pinned.
+ * Both sides order their write before their read with a full barrier (the
+ * pin's atomic add; the worker's pg_memory_barrier), so either the worker
+ * sees the pin and waits for its transaction to end, or the backend sees
+ * the worker stopping and writes the rows itself (a commit) or leaves the
+ * amount for the worker (a flush).  Pins live only from PRE_COMMIT to the
+ * end of the transaction (every end, FATAL included, lets them go), or
+ * inside the worker's own calls.
  */
 #include "postgres.h"
 
@@ -306,6 +317,17 @@ BufferReserve(int32 counter_id, int64 amount, bool forward)
 		pfree(a);
 		return false;
 	}
+	/*
+	 * Again, after the pin (see the top of the file): a worker that stopped
+	 * taking amounts before this look waits for the pin; one that stops
+	 * after it has already made its last flush, so the rows take this one.
+	 */
+	if (!WorkerAcceptingHere())
+	{
+		Unpin(s);
+		pfree(a);
+		return false;
+	}
 	/* keep a slot's sum within bigint; a flush makes room again */
 	if ((uint64) amount > (uint64) (PG_INT64_MAX / 2) ||
 		pg_atomic_read_u64(&s->pending) > (uint64) (PG_INT64_MAX / 2) - (uint64) amount)
@@ -360,6 +382,18 @@ BufferTake(Oid install, int32 counter_id)
 	s = PinSlot(install, counter_id, false);
 	if (s == NULL)
 	{
+		pfree(t);
+		return 0;
+	}
+
+	/*
+	 * A backend's flush, after the pin, as a commit's reservation: once the
+	 * worker stops, an amount taken here and given back by a rollback would
+	 * come after its last flush.  The worker's last flush takes it instead.
+	 */
+	if (!WorkerIsMe() && !WorkerAcceptingHere())
+	{
+		Unpin(s);
 		pfree(t);
 		return 0;
 	}
@@ -597,9 +631,34 @@ BufferFreeGoneDatabases(const Oid *existing, int n)
 	LWLockRelease(Shared->lock);
 }
 
-/* Does a commit in this database hold a slot it is about to add to? */
+/*
+ * Slots of this database pinned by a commit about to add to them or by a
+ * flush holding their amount: how many, and the first max counter ids.
+ */
+int
+BufferPinsHere(int32 *ids, int max)
+{
+	int			n = 0;
+
+	if (Shared == NULL)
+		return 0;
+	for (int i = 0; i < Shared->nslots; i++)
+	{
+		BufferSlot *s = &Shared->slots[i];
+
+		if (SlotHere(s) && pg_atomic_read_u32(&s->pins) != 0)
+		{
+			if (n < max)
+				ids[n] = s->counter_id;
+			n++;
+		}
+	}
+	return n;
+}
+
+/* Does a slot of this database still hold an amount? */
 bool
-BufferPinnedHere(void)
+BufferLeftHere(void)
 {
 	if (Shared == NULL)
 		return false;
@@ -607,7 +666,7 @@ BufferPinnedHere(void)
 	{
 		BufferSlot *s = &Shared->slots[i];
 
-		if (SlotHere(s) && pg_atomic_read_u32(&s->pins) != 0)
+		if (SlotHere(s) && pg_atomic_read_u64(&s->pending) != 0)
 			return true;
 	}
 	return false;

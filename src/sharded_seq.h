@@ -282,7 +282,8 @@ extern void BufferSubXact(bool aborted, SubTransactionId subid,
 						  SubTransactionId parent);
 extern int64 FlushBuffered(int32 counter_id, const char *name, bool wait);
 extern void BufferFreeGoneDatabases(const Oid *existing, int n);
-extern bool BufferPinnedHere(void);
+extern int	BufferPinsHere(int32 *ids, int max);
+extern bool BufferLeftHere(void);
 extern void BufferReportLeft(void);
 extern int	BufferForwardCandidates(Oid install, int32 **ids);
 extern int64 BufferForwardTake(Oid install, int32 counter_id, void **slot);
@@ -318,6 +319,7 @@ extern void WorkerNoteDatabase(void);
 extern void WorkerXactEnd(void);
 extern bool WorkerFlushesMyMemcached(void);
 extern bool WorkerAcceptingHere(void);
+extern bool WorkerIsMe(void);
 extern bool WorkerForwardsHere(void);
 extern void WorkerForwardNews(void);
 

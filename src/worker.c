@@ -31,6 +31,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "pgstat.h"
@@ -56,7 +57,9 @@
 #define ERROR_LEN			256
 #define RESTART_DELAY_MS	1000
 #define PAUSE_MS			60000	/* longest a database command keeps it away */
-#define SHUTDOWN_WAIT_MS	2000	/* for commits that reserved a slot */
+#define SHUTDOWN_FIRST_LOG_MS 2000	/* waiting for pinned slots: say so after */
+#define SHUTDOWN_LOG_MS		5000	/* and again every */
+#define SHUTDOWN_RETRY_MS	5000	/* rows held at the last flush: try again for */
 
 typedef struct WorkerDb
 {
@@ -202,9 +205,9 @@ DbEntryHere(void)
 
 /*
  * Does this database's worker flush what commits put in shared memory?  Read
- * without the lock on every buffered commit: a stale answer is harmless,
- * since a worker that stops accepting waits for pinned slots before its last
- * flush.
+ * without the lock on every buffered commit.  Only an answer read after the
+ * slot was pinned counts (counter_buffer.c says why): a worker that stops
+ * accepting waits for pinned slots before its last flush.
  */
 bool
 WorkerAcceptingHere(void)
@@ -257,7 +260,8 @@ WorkerForwardNews(void)
 /*
  * Does this database's worker take 'memcached' amounts from shared memory
  * to the memcached servers this session uses?  Read without the lock on
- * every such commit, as WorkerAcceptingHere.
+ * every such commit; BufferReserve asks WorkerAcceptingHere again after
+ * its pin.
  */
 bool
 WorkerForwardsHere(void)
@@ -470,6 +474,13 @@ sharded_seq_launcher_main(Datum arg)
 /* ---- the worker of one database ---- */
 
 static WorkerDb *MyDb = NULL;
+
+/* Is this process a database's worker (whose flushes need no worker)? */
+bool
+WorkerIsMe(void)
+{
+	return MyDb != NULL;
+}
 
 static void
 ClearMyPid(int code, Datum arg)
@@ -875,18 +886,64 @@ Round(bool flush_only)
 
 /*
  * On SIGTERM: stop taking amounts (commits then write the rows), wait for
- * the commits that already reserved a slot, and flush once more.  A clean
+ * every transaction that pinned a slot before that (a commit about to add,
+ * a flush that may give its amount back), and flush once more.  The wait
+ * has no bound: a pin ends with its transaction, which a shutdown ends too
+ * (a fast one cancels it, a smart one waits for it before it stops the
+ * worker), so it is as long as the shutdown itself; it is logged.  A clean
  * shutdown so loses nothing committed, and no commit waits for this.
  */
 static void
 FinalFlush(void)
 {
+	TimestampTz started = GetCurrentTimestamp();
+	long		log_after = SHUTDOWN_FIRST_LOG_MS;
+
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 	MyDb->accepting = false;
 	LWLockRelease(Shared->lock);
-	for (int i = 0; i < SHUTDOWN_WAIT_MS / 10 && BufferPinnedHere(); i++)
-		pg_usleep(10000L);
+	/* the write above before the reads of pins below (see BufferReserve) */
+	pg_memory_barrier();
+	for (;;)
+	{
+		int32		ids[8];
+		int			n = BufferPinsHere(ids, lengthof(ids));
+
+		if (n == 0)
+			break;
+		if (TimestampDifferenceExceeds(started, GetCurrentTimestamp(), log_after))
+		{
+			StringInfoData list;
+
+			initStringInfo(&list);
+			for (int i = 0; i < Min(n, (int) lengthof(ids)); i++)
+				appendStringInfo(&list, "%s%d", i > 0 ? ", " : "", ids[i]);
+			if (n > (int) lengthof(ids))
+				appendStringInfoString(&list, ", ...");
+			ereport(LOG,
+					(errmsg("sharded_seq: the worker waits for %d slots that transactions hold before its last flush", n),
+					 errdetail("Counters with ids %s are being committed or flushed; their amounts are counted once those transactions end.", list.data)));
+			pfree(list.data);
+			log_after += SHUTDOWN_LOG_MS;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
 	(void) Round(true);
+
+	/*
+	 * A counter whose rows were all held (by a commit that went to the rows
+	 * as this began, and is about to end) gets another try; a prepared
+	 * transaction's hold outlasts this, and BufferReportLeft logs it.
+	 */
+	for (int i = 0; i < SHUTDOWN_RETRY_MS / 100 && BufferLeftHere(); i++)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 100, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		(void) Round(true);
+	}
 	BufferReportLeft();
 }
 
