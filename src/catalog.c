@@ -612,9 +612,26 @@ ChangeAcl(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 					 owner, DROP_RESTRICT);
 }
 
-/* Copy an aclitem[] column value to TopMemoryContext (NULL stays NULL). */
+/*
+ * What cache entries own (privileges, remembered shard rows) lives in a
+ * context of its own, not in TopMemoryContext: eviction frees it entry by
+ * entry, so it is bounded like the caches, and it shows by name in
+ * pg_backend_memory_contexts.
+ */
+MemoryContext
+CacheEntryContext(void)
+{
+	static MemoryContext cxt = NULL;
+
+	if (cxt == NULL)
+		cxt = AllocSetContextCreate(TopMemoryContext, "sharded_seq cache entries",
+									ALLOCSET_DEFAULT_SIZES);
+	return cxt;
+}
+
+/* Copy an aclitem[] column value to cxt (NULL stays NULL). */
 Acl *
-CopyAcl(Datum value, bool isnull)
+CopyAcl(Datum value, bool isnull, MemoryContext cxt)
 {
 	Acl		   *acl;
 	Acl		   *copy;
@@ -622,7 +639,7 @@ CopyAcl(Datum value, bool isnull)
 	if (isnull)
 		return NULL;
 	acl = DatumGetAclP(value);
-	copy = MemoryContextAlloc(TopMemoryContext, VARSIZE(acl));
+	copy = MemoryContextAlloc(cxt, VARSIZE(acl));
 	memcpy(copy, acl, VARSIZE(acl));
 	return copy;
 }

@@ -43,7 +43,7 @@ typedef struct CounterEntry
 	int64		claim_interval; /* last flush interval this backend tried to claim */
 	CounterPlace place;			/* where the shard rows were last seen */
 	Oid			owner;
-	Acl		   *acl;			/* in TopMemoryContext, or NULL */
+	Acl		   *acl;			/* in CacheEntryContext, or NULL */
 	Oid			select_user;	/* user whose SELECT was checked, or 0 */
 	Oid			update_user;	/* user whose UPDATE was checked, or 0 */
 	uint64		checked_epoch;	/* PrivilegeEpoch of those checks */
@@ -103,11 +103,17 @@ typedef struct PendingCounter
 } PendingCounter;
 
 /*
- * In TopMemoryContext, made once per backend and emptied at the end of each
- * transaction (its frames live in TopTransactionContext): making a hash
- * table per transaction cost more than an increment.  NULL until first use.
+ * Made once per backend and emptied at the end of each transaction (its
+ * frames live in TopTransactionContext): making a hash table per transaction
+ * cost more than an increment.  NULL until first use.  dynahash keeps a
+ * removed entry's memory for the next one and never gives it back, so a
+ * transaction that touched more than PENDING_KEEP counters destroys the
+ * table (with its own memory context) instead: E5 holds after any
+ * transaction, and the next one makes a small table again.
  */
 static HTAB *Pending = NULL;
+
+#define PENDING_KEEP 1024
 
 static bool
 PendingEmpty(void)
@@ -115,7 +121,11 @@ PendingEmpty(void)
 	return Pending == NULL || hash_get_num_entries(Pending) == 0;
 }
 
-/* At the end of a transaction: forget its increments (no allocation here). */
+/*
+ * At the end of a transaction: forget its increments.  No allocation here,
+ * nor errors.  Entries are removed only here, so the count is the most this
+ * transaction held.
+ */
 static void
 ClearPending(void)
 {
@@ -124,6 +134,12 @@ ClearPending(void)
 
 	if (PendingEmpty())
 		return;
+	if (hash_get_num_entries(Pending) > PENDING_KEEP)
+	{
+		hash_destroy(Pending);
+		Pending = NULL;
+		return;
+	}
 	hash_seq_init(&status, Pending);
 	while ((pc = hash_seq_search(&status)) != NULL)
 		(void) hash_search(Pending, &pc->key, HASH_REMOVE, NULL);
@@ -179,7 +195,7 @@ AddPending(CounterEntry *entry, int64 delta, ShardRef *refs, int nrefs)
 
 		ctl.keysize = sizeof(PendingKey);
 		ctl.entrysize = sizeof(PendingCounter);
-		ctl.hcxt = TopMemoryContext;
+		ctl.hcxt = TopMemoryContext;	/* dynahash makes its own context below */
 		Pending = hash_create("sharded_seq pending increments", 16, &ctl,
 							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
@@ -262,7 +278,10 @@ LoadCounterConfig(CounterEntry *entry)
 		entry->id = row.id;
 		entry->shards = row.shards;
 		entry->owner = row.owner;
-		entry->acl = row.acl;
+		/* the row's copy is in the caller's memory: the entry keeps its own */
+		entry->acl = CopyAcl(PointerGetDatum(row.acl), row.acl == NULL, CacheEntryContext());
+		if (row.acl)
+			pfree(row.acl);
 		entry->mode = row.mode;
 		entry->place.counter_id = entry->id;
 		entry->place.shards = entry->shards;

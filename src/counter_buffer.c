@@ -117,8 +117,29 @@ typedef struct ToAdd
 	struct ToAdd *next;
 } ToAdd;
 
-static Taken *TakenList = NULL; /* TopMemoryContext */
-static ToAdd *AddList = NULL;	/* TopMemoryContext */
+static Taken *TakenList = NULL; /* in ListContext */
+static ToAdd *AddList = NULL;	/* in ListContext */
+
+/*
+ * The lists' nodes outlive a transaction's memory, so they have a context of
+ * their own.  A node is freed when its transaction ends, but an allocator
+ * keeps freed chunks: one transaction that listed many slots would leave its
+ * memory behind.  Past LISTS_KEEP bytes, the end of a transaction (the lists
+ * are empty then) resets the context.
+ */
+static MemoryContext ListContext = NULL;
+
+#define LISTS_KEEP	(64 * 1024)
+
+/* A list node, allocated before anything is pinned or taken. */
+static void *
+NewListNode(Size size)
+{
+	if (ListContext == NULL)
+		ListContext = AllocSetContextCreate(TopMemoryContext, "sharded_seq slot lists",
+											ALLOCSET_SMALL_SIZES);
+	return MemoryContextAlloc(ListContext, size);
+}
 
 Size
 SlotsShmemSize(void)
@@ -310,7 +331,7 @@ BufferReserve(int32 counter_id, int64 amount, bool forward)
 	if (!WorkerAcceptingHere())
 		return false;
 	/* allocate first: nothing may fail once the slot is pinned */
-	a = MemoryContextAlloc(TopMemoryContext, sizeof(ToAdd));
+	a = NewListNode(sizeof(ToAdd));
 	s = PinSlot(ConfigRelid("counter_config"), counter_id, true);
 	if (s == NULL)
 	{
@@ -378,7 +399,7 @@ BufferTake(Oid install, int32 counter_id)
 
 	if (Shared == NULL)
 		return 0;
-	t = MemoryContextAlloc(TopMemoryContext, sizeof(Taken));
+	t = NewListNode(sizeof(Taken));
 	s = PinSlot(install, counter_id, false);
 	if (s == NULL)
 	{
@@ -717,6 +738,15 @@ BufferTakenInXact(void)
 
 /* ---- transaction ends: no errors here, only atomics and pfree ---- */
 
+/* Once the lists are empty: give back what a large transaction left. */
+static void
+ShrinkLists(void)
+{
+	if (ListContext != NULL && AddList == NULL && TakenList == NULL &&
+		MemoryContextMemAllocated(ListContext, false) > LISTS_KEEP)
+		MemoryContextReset(ListContext);
+}
+
 void
 BufferXactCommit(void)
 {
@@ -740,6 +770,7 @@ BufferXactCommit(void)
 		Unpin(t->slot);
 		pfree(t);
 	}
+	ShrinkLists();
 }
 
 void
@@ -762,6 +793,7 @@ BufferXactAbort(void)
 		Unpin(t->slot);
 		pfree(t);
 	}
+	ShrinkLists();
 }
 
 void
@@ -872,12 +904,18 @@ FlushBuffered(int32 counter_id, const char *name, bool wait)
  * another node's rows, foreign rows written (NoteForeignRows).
  */
 
-/* Buckets this transaction marked changing, in TopMemoryContext. */
+/*
+ * Buckets this transaction marked changing, in TopMemoryContext.  Kept for
+ * the next transaction up to CHANGING_KEEP; a larger array (LayoutChangingAll
+ * lists every bucket) is freed when its transaction ends.
+ */
 static pg_atomic_uint64 **Changing = NULL;
 static int	NChanging = 0;
 static int	ChangingSize = 0;
 static bool ChangingAll = false;	/* every bucket: moves net_epoch at the end */
 static Oid	LocalShardsRelid = InvalidOid;	/* the last one this session used */
+
+#define CHANGING_KEEP 64
 
 static pg_atomic_uint64 *
 LayoutBucket(int32 counter_id)
@@ -988,6 +1026,12 @@ LayoutXactEnd(void)
 	if (ChangingAll)
 		pg_atomic_fetch_add_u64(&Shared->net_epoch, 1);
 	ChangingAll = false;
+	if (ChangingSize > CHANGING_KEEP)
+	{
+		pfree(Changing);
+		Changing = NULL;
+		ChangingSize = 0;
+	}
 }
 
 /*

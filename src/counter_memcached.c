@@ -52,10 +52,24 @@ typedef struct Amount
 	struct Amount *next;
 } Amount;
 
-/* all in TopMemoryContext */
+/* all in AmountContext */
 static Amount *AfterCommits = NULL;
 static Amount *GiveBacks = NULL;
 static Amount *Leftovers = NULL;
+
+/*
+ * The nodes outlive a transaction's memory, so they have a context of their
+ * own, and a spare.  A node is freed when its transaction ends, but an
+ * allocator keeps freed chunks: one commit to many 'memcached' counters would
+ * leave its memory behind for the backend's life.  So when a transaction
+ * ends with the context grown past AMOUNTS_KEEP and mostly free, the
+ * leftovers still held (usually none) are copied to the spare, and the
+ * context is reset and becomes the spare: nothing there can fail.
+ */
+static MemoryContext AmountContext = NULL;
+static MemoryContext SpareContext = NULL;
+
+#define AMOUNTS_KEEP (64 * 1024)
 
 static void EnsureExitCallback(void);
 
@@ -118,7 +132,16 @@ PendingKeyName(int32 counter_id)
 static Amount *
 NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount)
 {
-	Amount	   *a = MemoryContextAllocZero(TopMemoryContext, sizeof(Amount));
+	Amount	   *a;
+
+	if (AmountContext == NULL)
+	{
+		AmountContext = AllocSetContextCreate(TopMemoryContext, "sharded_seq memcached amounts",
+											  ALLOCSET_SMALL_SIZES);
+		SpareContext = AllocSetContextCreate(TopMemoryContext, "sharded_seq memcached amounts",
+											 ALLOCSET_SMALL_SIZES);
+	}
+	a = MemoryContextAllocZero(AmountContext, sizeof(Amount));
 
 	strlcpy(a->key, PendingKeyName(counter_id), MC_KEY_LEN);
 	a->made = KeyCacheEntryFor(counter_id)->created;
@@ -238,6 +261,52 @@ BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 	}
 }
 
+/*
+ * At the end of a transaction, once only leftovers are listed: give back
+ * what it left in AmountContext.  No errors here: a copy that finds no
+ * memory leaves things as they are.
+ */
+static void
+ShrinkAmounts(void)
+{
+	Size		allocated;
+	Size		live = 0;
+	Amount	   *copies = NULL;
+	Amount	  **tail = &copies;
+	MemoryContext old;
+
+	if (AmountContext == NULL || AfterCommits != NULL || GiveBacks != NULL)
+		return;
+	allocated = MemoryContextMemAllocated(AmountContext, false);
+	if (allocated <= AMOUNTS_KEEP)
+		return;
+	for (Amount *lo = Leftovers; lo; lo = lo->next)
+		live += sizeof(Amount);
+	/* mostly leftovers still owed to the rows: copying them would gain little */
+	if (live > allocated / 4)
+		return;
+	for (Amount *lo = Leftovers; lo; lo = lo->next)
+	{
+		Amount	   *copy = MemoryContextAllocExtended(SpareContext, sizeof(Amount),
+													  MCXT_ALLOC_NO_OOM);
+
+		if (copy == NULL)
+		{
+			MemoryContextReset(SpareContext);
+			return;
+		}
+		memcpy(copy, lo, sizeof(Amount));
+		copy->next = NULL;
+		*tail = copy;
+		tail = &copy->next;
+	}
+	Leftovers = copies;
+	MemoryContextReset(AmountContext);
+	old = AmountContext;
+	AmountContext = SpareContext;
+	SpareContext = old;
+}
+
 /* After commit (or PREPARE): deliver, and settle what this transaction took. */
 void
 BufferAtCommit(void)
@@ -270,6 +339,7 @@ BufferAtCommit(void)
 		GiveBacks = gb->next;
 		pfree(gb);
 	}
+	ShrinkAmounts();
 }
 
 /* Give back what an undone flush took; if memcached cannot take it, the rows will. */
@@ -298,6 +368,7 @@ BufferAtAbort(void)
 		GiveBacks = gb->next;
 		GiveBackNow(gb);
 	}
+	ShrinkAmounts();
 }
 
 /* A rolled-back savepoint gives back what its flushes took. */

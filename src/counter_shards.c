@@ -93,7 +93,7 @@ FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row)
 		row->mode = ParseCounterMode(VARDATA_ANY(mode), VARSIZE_ANY_EXHDR(mode));
 		row->owner = DatumGetObjectId(heap_getattr(tup, Anum_config_owner, desc, &isnull));
 		d = heap_getattr(tup, Anum_config_acl, desc, &isnull);
-		row->acl = CopyAcl(d, isnull);
+		row->acl = CopyAcl(d, isnull, CurrentMemoryContext);
 		/* frozen: its raw xid may be older than the commit log kept */
 		row->xmin = HeapTupleHeaderXminFrozen(tup->t_data) ? FrozenTransactionId
 			: HeapTupleHeaderGetRawXmin(tup->t_data);
@@ -291,7 +291,7 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 		return false;
 	if (place->shards != 0)
 	{
-		place->roots = MemoryContextAllocZero(TopMemoryContext, n * sizeof(ItemPointerData));
+		place->roots = MemoryContextAllocZero(CacheEntryContext(), n * sizeof(ItemPointerData));
 		roots = palloc(MaxHeapTuplesPerPage * sizeof(OffsetNumber));
 		for (int i = 0; i < n && ok; i++)
 		{
@@ -320,7 +320,7 @@ RememberRows(Relation rel, CounterPlace *place, ShardRef *refs, int n)
 		}
 	}
 	place->nroots = n;
-	place->refs = MemoryContextAlloc(TopMemoryContext, Max(n, 1) * sizeof(ShardRef));
+	place->refs = MemoryContextAlloc(CacheEntryContext(), Max(n, 1) * sizeof(ShardRef));
 	memcpy(place->refs, refs, n * sizeof(ShardRef));
 	return true;
 }

@@ -66,7 +66,7 @@ typedef struct SeqEntry
 	bool		memcached;		/* tier 'memcached' */
 	bool		gen_uncommitted;	/* generation made by this transaction */
 	Oid			owner;
-	Acl		   *acl;			/* in TopMemoryContext, or NULL */
+	Acl		   *acl;			/* in CacheEntryContext, or NULL */
 	Oid			checked_user;	/* user whose USAGE was checked, or 0 */
 	uint64		checked_epoch;	/* PrivilegeEpoch of that check */
 
@@ -239,7 +239,7 @@ LoadSequenceConfig(SeqEntry *entry)
 		if (entry->acl)
 			pfree(entry->acl);
 		acl = SPI_getbinval(tup, desc, 7, &isnull);
-		entry->acl = CopyAcl(acl, isnull);
+		entry->acl = CopyAcl(acl, isnull, CacheEntryContext());
 		entry->memcached = strcmp(TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull)), "memcached") == 0;
 		if (nrelids != entry->shards)
 			ereport(ERROR,

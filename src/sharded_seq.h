@@ -101,7 +101,8 @@ extern void CheckPrivilege(ObjectKind kind, const char *name, Oid owner,
 extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner, Oid role);
 extern Acl *ChangeAcl(ObjectKind kind, const char *name, Oid owner, Acl *acl,
 					  const char *grantee, const char *privilege, bool grant);
-extern Acl *CopyAcl(Datum value, bool isnull);
+extern Acl *CopyAcl(Datum value, bool isnull, MemoryContext cxt);
+extern MemoryContext CacheEntryContext(void);
 /* A bounded per-session cache of objects by name; entries start with this. */
 typedef struct CacheEntry
 {
@@ -205,12 +206,12 @@ typedef struct CounterPlace
 	TransactionId config_xmin;	/* the counter_config row version loaded */
 	bool		config_committed;	/* known committed, without the commit log */
 	ItemPointerData *roots;		/* pinned: each shard's HOT root, in
-								 * TopMemoryContext, or NULL */
+								 * CacheEntryContext, or NULL */
 	int			nroots;			/* rows remembered in refs */
 	/* with shared memory (counter_buffer.c): the rows and their total, kept */
 	bool		cached;
 	KeptTotal	kept;			/* their total, while cached */
-	ShardRef   *refs;			/* in TopMemoryContext, nroots of them */
+	ShardRef   *refs;			/* in CacheEntryContext, nroots of them */
 	uint64		last_word;		/* the word at the previous read */
 } CounterPlace;
 
@@ -223,7 +224,7 @@ typedef struct CounterConfigRow
 	int32		shards;			/* pinned layout, or 0: adaptive */
 	CounterMode mode;
 	Oid			owner;
-	Acl		   *acl;			/* in TopMemoryContext, or NULL */
+	Acl		   *acl;			/* palloc'd, or NULL */
 	TransactionId xmin;
 } CounterConfigRow;
 
