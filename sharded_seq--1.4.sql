@@ -91,12 +91,15 @@ ALTER TABLE sharded_seq.counter_config ENABLE REPLICA TRIGGER config_replicated;
 
 -- Which system and database holds each node id (sharded_seq.node_id > 0).
 -- Published with the counters, so that every node sees every claim, and a
--- node whose id another system holds refuses to draw.
+-- node whose id another system holds refuses to draw.  Claims of one id by
+-- several systems, made before they met, stand side by side and all
+-- replicate; the earliest holds the id (1.4: the key was node_id alone).
 CREATE TABLE sharded_seq.node_claims (
-    node_id           integer PRIMARY KEY,
+    node_id           integer NOT NULL,
     system_identifier text NOT NULL,
     database          name NOT NULL,
-    claimed_at        timestamptz NOT NULL DEFAULT pg_catalog.now()
+    claimed_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT node_claims_pkey PRIMARY KEY (node_id, system_identifier, database)
 );
 
 -- When maintain() last looked for idle rows, and the transaction counter at
@@ -424,3 +427,17 @@ CREATE TRIGGER claims_changed
  AFTER INSERT OR UPDATE OR DELETE ON sharded_seq.node_claims
  FOR EACH ROW EXECUTE FUNCTION sharded_seq.rows_changed_elsewhere();
 ALTER TABLE sharded_seq.node_claims ENABLE ALWAYS TRIGGER claims_changed;
+
+-- 1.4: a claim this node holds already, when replication brings it again,
+-- is skipped rather than a duplicate key.  origin = none with copy_data =
+-- true copies a subscriber's own claim back to it when the publisher has it
+-- from the subscriber.  ENABLE REPLICA: only replication brings claims back.
+CREATE FUNCTION sharded_seq.claim_received()
+RETURNS trigger
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'claim_received';
+REVOKE ALL ON FUNCTION sharded_seq.claim_received() FROM PUBLIC;
+CREATE TRIGGER claim_received
+ BEFORE INSERT ON sharded_seq.node_claims
+ FOR EACH ROW EXECUTE FUNCTION sharded_seq.claim_received();
+ALTER TABLE sharded_seq.node_claims ENABLE REPLICA TRIGGER claim_received;

@@ -14,7 +14,10 @@
  * A node id is claimed, not trusted.  The first session of node n records
  * (n, system identifier, database) in node_claims, a table the replication
  * group publishes, and a node that finds n claimed by another system or
- * database refuses to draw values or write counter rows.  The claim is read
+ * database refuses to draw values or write counter rows.  Servers that
+ * claimed one id before they met both keep their claims, side by side (the
+ * key is node id, system and database), and the earliest holds the id on
+ * every node that has both (ClaimCompare).  Claims are read
  * directly, with a dirty snapshot, so that a claim another session is still
  * inserting counts and nobody waits for its transaction.  A session
  * remembers a committed claim of its own until configuration may have
@@ -96,52 +99,94 @@ SystemIdentifierText(void)
 
 typedef struct Claim
 {
-	bool		found;
 	bool		settled;		/* committed, and not by this transaction */
 	char	   *system;
 	char	   *database;
 	TimestampTz claimed_at;
 } Claim;
 
-/*
- * The claim of node, as a dirty snapshot sees it: a claim another
- * transaction is inserting counts already (it may be replication applying
- * another system's), and reading it waits for nobody.
- */
+/* One claim of node_claims' tuple tup. */
 static void
-ReadClaim(int32 node, Claim *claim)
+ClaimFromTuple(HeapTuple tup, TupleDesc desc, Claim *claim)
+{
+	bool		isnull;
+	Datum		d;
+
+	claim->system = TextDatumGetCString(heap_getattr(tup, Anum_claim_system, desc, &isnull));
+	d = heap_getattr(tup, Anum_claim_database, desc, &isnull);
+	claim->database = pstrdup(NameStr(*DatumGetName(d)));
+	d = heap_getattr(tup, Anum_claim_claimed_at, desc, &isnull);
+	claim->claimed_at = isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+/*
+ * Every claim of node (several systems may claim one id before they meet;
+ * the table keeps them all), as snapshot sees them.  A dirty snapshot
+ * counts a claim another transaction is inserting already (it may be
+ * replication applying another system's), and reading waits for nobody.
+ * Returns how many, in *claims (palloc'd).
+ */
+static int
+ReadClaims(int32 node, Snapshot snapshot, Claim **claims)
 {
 	Relation	rel = table_open(ConfigRelid("node_claims"), AccessShareLock);
-	SnapshotData dirty;
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tup;
+	int			n = 0;
+	int			size = 2;
 
-	InitDirtySnapshot(dirty);
+	*claims = palloc(size * sizeof(Claim));
+	/* node_id leads the primary key, in 1.3's (node_id) as in 1.4's */
 	ScanKeyInit(&key, Anum_claim_node_id, BTEqualStrategyNumber, F_INT4EQ,
 				Int32GetDatum(node));
-	scan = systable_beginscan(rel, ConfigRelid("node_claims_pkey"), true, &dirty, 1, &key);
-	memset(claim, 0, sizeof(Claim));
-	if (HeapTupleIsValid(tup = systable_getnext(scan)))
+	scan = systable_beginscan(rel, ConfigRelid("node_claims_pkey"), true, snapshot, 1, &key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
-		TupleDesc	desc = RelationGetDescr(rel);
-		bool		isnull;
-		Datum		d;
-
-		claim->found = true;
-		claim->settled = !TransactionIdIsValid(dirty.xmin) &&
+		if (n == size)
+			*claims = repalloc(*claims, (size *= 2) * sizeof(Claim));
+		ClaimFromTuple(tup, RelationGetDescr(rel), &(*claims)[n]);
+		(*claims)[n].settled = snapshot->snapshot_type == SNAPSHOT_DIRTY &&
+			!TransactionIdIsValid(snapshot->xmin) &&
 			!TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tup->t_data));
-		claim->system = TextDatumGetCString(heap_getattr(tup, Anum_claim_system, desc, &isnull));
-		d = heap_getattr(tup, Anum_claim_database, desc, &isnull);
-		claim->database = pstrdup(NameStr(*DatumGetName(d)));
-		d = heap_getattr(tup, Anum_claim_claimed_at, desc, &isnull);
-		claim->claimed_at = isnull ? 0 : DatumGetTimestampTz(d);
+		n++;
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
+	return n;
 }
 
-/* Record this system's claim of node, unless someone claimed it first. */
+/*
+ * Which of two claims of one node id holds it: the earlier claimed_at, then
+ * the lower system identifier (decimal text of a uint64: the shorter, then
+ * bytewise, which is numeric order), then the lower database name
+ * (bytewise).  Only stored values and no collation take part, so every node
+ * that holds both claims picks the same one.
+ */
+static int
+ClaimCompare(const Claim *a, const Claim *b)
+{
+	size_t		la = strlen(a->system);
+	size_t		lb = strlen(b->system);
+	int			c;
+
+	if (a->claimed_at != b->claimed_at)
+		return a->claimed_at < b->claimed_at ? -1 : 1;
+	if (la != lb)
+		return la < lb ? -1 : 1;
+	if ((c = strcmp(a->system, b->system)) != 0)
+		return c;
+	return strcmp(a->database, b->database);
+}
+
+/* When claim was made, for messages (a copy: timestamptz_to_str's is static) */
+static char *
+ClaimTime(const Claim *claim)
+{
+	return pstrdup(claim->claimed_at ? timestamptz_to_str(claim->claimed_at) : "an unknown time");
+}
+
+/* Record this system's claim of node (nothing if it holds one already). */
 static void
 InsertClaim(int32 node, const char *system, const char *database)
 {
@@ -155,9 +200,10 @@ InsertClaim(int32 node, const char *system, const char *database)
 	args[1] = CStringGetTextDatum(system);
 	args[2] = DirectFunctionCall1(namein, CStringGetDatum(database));
 	BeginAsOwner(&ctx);
+	/* no conflict target: the key is (node_id) in 1.3, three columns in 1.4 */
 	PreparePlan(&plan,
 				"INSERT INTO sharded_seq.node_claims (node_id, system_identifier, database)"
-				" VALUES ($1, $2, $3) ON CONFLICT (node_id) DO NOTHING",
+				" VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
 				3, types);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not record the claim of node %d", node);
@@ -171,7 +217,10 @@ InsertClaim(int32 node, const char *system, const char *database)
 
 /*
  * Refuse to go on unless this system and database hold the claim of the
- * session's node (claiming it if nobody has).  Nothing to do on node 0.
+ * session's node: claiming it if nobody has, refusing if another system
+ * holds it and this one does not, and, where claims of several systems
+ * stand side by side (made before they met), refusing unless this one's
+ * comes first (ClaimCompare).  Nothing to do on node 0.
  */
 void
 NodeClaimCheck(void)
@@ -179,10 +228,18 @@ NodeClaimCheck(void)
 	int32		node = SessionNodeId();
 	char	   *system;
 	const char *database;
-	Claim		claim;
+	SnapshotData dirty;
+	Claim	   *claims;
+	Claim	   *mine = NULL;
+	Claim	   *first = NULL;
+	int			n;
 
+	if (node == 0)
+		return;
+	/* a claim replicated here since the last check bumps ConfigEpoch */
+	AcceptInvalidationMessages();
 	/* a new installation of the extension, say, has none: look again */
-	if (node == 0 || (ClaimVerified && ClaimEpoch == ConfigEpoch))
+	if (ClaimVerified && ClaimEpoch == ConfigEpoch)
 		return;
 	if (!NodeClaimsStored())
 		ereport(ERROR,
@@ -193,26 +250,81 @@ NodeClaimCheck(void)
 
 	system = SystemIdentifierText();
 	database = get_database_name(MyDatabaseId);
-	ReadClaim(node, &claim);
-	if (!claim.found)
+	InitDirtySnapshot(dirty);
+	n = ReadClaims(node, &dirty, &claims);
+	if (n == 0)
 	{
 		InsertClaim(node, system, database);
-		ReadClaim(node, &claim);
-		if (!claim.found)
-			elog(ERROR, "the claim of node %d vanished as it was made", node);
+		InitDirtySnapshot(dirty);
+		n = ReadClaims(node, &dirty, &claims);
 	}
-	if (strcmp(claim.system, system) != 0 || strcmp(claim.database, database) != 0)
+	for (int i = 0; i < n; i++)
+	{
+		if (strcmp(claims[i].system, system) == 0 && strcmp(claims[i].database, database) == 0)
+			mine = &claims[i];
+		if (first == NULL || ClaimCompare(&claims[i], first) < 0)
+			first = &claims[i];
+	}
+	if (first == NULL)
+		elog(ERROR, "the claim of node %d vanished as it was made", node);
+	if (mine == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("sharded_seq.node_id %d is claimed by system %s, database \"%s\", not by this one (system %s, database \"%s\")",
-						node, claim.system, claim.database, system, database),
+						node, first->system, first->database, system, database),
 				 errdetail("Two primaries with one node id would hand out the same sequence values and write the same counter rows; the claim in sharded_seq.node_claims dates from %s.",
-						   claim.claimed_at ? timestamptz_to_str(claim.claimed_at) : "an unknown time"),
-				 errhint("Give this server a node id no other node uses (ALTER SYSTEM SET sharded_seq.node_id = ...; SELECT pg_reload_conf(); then reconnect), or, if that system is gone for good, delete its claim: DELETE FROM sharded_seq.node_claims WHERE node_id = %d.",
-						 node)));
+						   ClaimTime(first)),
+				 errhint("Give this server a node id no other node uses (ALTER SYSTEM SET sharded_seq.node_id = ...; SELECT pg_reload_conf(); then reconnect), or, if that system is gone for good, delete its claim: DELETE FROM sharded_seq.node_claims WHERE node_id = %d AND system_identifier = '%s'.",
+						 node, first->system)));
+	if (first != mine)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sharded_seq.node_id %d is claimed by system %s, database \"%s\", earlier than by this one (system %s, database \"%s\")",
+						node, first->system, first->database, system, database),
+				 errdetail("Two primaries with one node id would hand out the same sequence values and write the same counter rows; of the claims in sharded_seq.node_claims, the earliest holds the id on every node that has them: %s, against this one's %s.",
+						   ClaimTime(first), ClaimTime(mine)),
+				 errhint("Give this server a node id no other node uses (ALTER SYSTEM SET sharded_seq.node_id = ...; SELECT pg_reload_conf(); then reconnect) and delete this claim: DELETE FROM sharded_seq.node_claims WHERE node_id = %d AND system_identifier = '%s'; or, if system %s is gone for good, delete its claim instead.",
+						 node, system, first->system)));
 	/* a claim our transaction is still making may yet be rolled back */
-	ClaimVerified = claim.settled;
+	ClaimVerified = mine->settled;
 	ClaimEpoch = ConfigEpoch;
+}
+
+/*
+ * BEFORE INSERT on node_claims, fired by logical replication only (ENABLE
+ * REPLICA): a claim this node holds already is skipped, not a duplicate key.
+ * A subscription with origin = none and copy_data = true copies back the
+ * subscriber's own claim when the publisher has it from the subscriber, as
+ * it has when each of two servers that claimed before joining copies the
+ * other's claims.  The row held here stays.
+ */
+PG_FUNCTION_INFO_V1(claim_received);
+Datum
+claim_received(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	Claim		incoming;
+	Claim	   *held;
+	bool		isnull;
+	int			n;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("sharded_seq.claim_received() must be called as a BEFORE INSERT row trigger"),
+				 errhint("It is fired by logical replication on sharded_seq.node_claims; do not call it directly.")));
+	desc = RelationGetDescr(trigdata->tg_relation);
+	ClaimFromTuple(trigdata->tg_trigtuple, desc, &incoming);
+	/* committed claims, and those of this transaction (an earlier row of a copy) */
+	n = ReadClaims(DatumGetInt32(heap_getattr(trigdata->tg_trigtuple, Anum_claim_node_id, desc, &isnull)),
+				   SnapshotSelf, &held);
+	for (int i = 0; i < n; i++)
+		if (strcmp(held[i].system, incoming.system) == 0 &&
+			strcmp(held[i].database, incoming.database) == 0)
+			return PointerGetDatum(NULL);
+	return PointerGetDatum(trigdata->tg_trigtuple);
 }
 
 /* First counter shard number of this session's node, for writers. */
