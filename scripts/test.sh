@@ -90,7 +90,10 @@ for group in stress versions; do
         t="$(basename "$f" .sh)"
         wanted "$t" || continue
         start=$(date +%s)
-        timeout 900 bash "$f" >"$WORK/${group}_$t.log" 2>&1
+        # without this runner's cluster: a test's exit trap destroys the
+        # cluster named in PGDATA, which must be its own or none
+        timeout 900 env -u PGHOST -u PGPORT -u PGUSER -u PGDATA -u CLUSTER_DIR \
+            bash "$f" >"$WORK/${group}_$t.log" 2>&1
         status=$?
         if [ $status = 77 ]; then
             skipped=$((skipped + 1))
