@@ -15,9 +15,10 @@ else
 fi
 ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Run a command as the user that owns the clusters.
+# Run a command as the user that owns the clusters (from /, which it can
+# enter: root's working directory, such as /root, may be closed to it).
 as_pg() {
-    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+    if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 # A free TCP port on 127.0.0.1.
