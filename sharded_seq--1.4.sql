@@ -210,13 +210,23 @@ LANGUAGE C STABLE PARALLEL RESTRICTED
 AS 'MODULE_PATHNAME', 'node_id';
 COMMENT ON FUNCTION sharded_seq.node_id() IS 'the node id this session draws values and writes counter rows as: sharded_seq.node_id at its first use of a sequence or counter';
 
+-- 1.4: positions only to who may use the sequence, as pg_sequences shows
+-- last_value.  May the caller see a sequence's positions (its owner's
+-- members and holders of usage)?  sequence_high_water checks it too.
+CREATE FUNCTION sharded_seq.sequence_readable(seq_id integer)
+RETURNS boolean
+LANGUAGE C STABLE PARALLEL RESTRICTED STRICT
+AS 'MODULE_PATHNAME', 'sequence_readable';
+COMMENT ON FUNCTION sharded_seq.sequence_readable(integer) IS 'whether the current user may see a sharded sequence''s positions: owner (or member) or usage';
+
 CREATE VIEW sharded_seq.sequences AS
 SELECT c.name,
        c.shards,
        c.block,
        c.tier,
        c.generation,
-       sharded_seq.node_value(c.base) AS generation_start,
+       CASE WHEN sharded_seq.sequence_readable(c.id)
+            THEN sharded_seq.node_value(c.base) END AS generation_start,
        sharded_seq.node_value(sharded_seq.sequence_high_water(c.id)) AS reserved_high_water,
        c.owner,
        c.acl,
@@ -225,7 +235,7 @@ SELECT c.name,
        sharded_seq.node_id() AS node_id
   FROM sharded_seq.sequence_config c
  ORDER BY c.name;
-COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id)';
+COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence';
 GRANT SELECT ON sharded_seq.sequences TO PUBLIC;
 
 ------------------------------------------------------------------------------

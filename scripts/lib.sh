@@ -15,9 +15,10 @@ else
 fi
 ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Run a command as the user that owns the clusters.
+# Run a command as the user that owns the clusters (from /, which it can
+# enter: root's working directory, such as /root, may be closed to it).
 as_pg() {
-    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+    if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 # A free TCP port on 127.0.0.1.
@@ -63,13 +64,17 @@ cluster_start() {
 }
 
 # cluster_stop [fast|immediate]
+# It and cluster_destroy do nothing without a cluster: exit traps call them
+# before cluster_create too, under set -u, where "$PGDATA" unset would end
+# the trap (|| true does not catch that) and skip the rest of its cleanup.
 cluster_stop() {
+    [ -n "${PGDATA:-}" ] || return 0
     as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m "${1:-fast}" -w -t 60 stop >/dev/null 2>&1 || true
 }
 
 cluster_destroy() {
     cluster_stop immediate
-    [ -n "${CLUSTER_DIR:-}" ] && rm -rf "$CLUSTER_DIR"
+    if [ -n "${CLUSTER_DIR:-}" ]; then rm -rf "$CLUSTER_DIR"; fi
 }
 
 # Create a database with the extension (and pgTAP when asked).

@@ -2,8 +2,9 @@
 # scripts/test.sh [PATTERN]: install what is missing, build with warnings as
 # errors, and run every pg_regress test, pgTAP file, stress test and version
 # test (test/versions/) in throwaway clusters, on the host's PostgreSQL 15 (or
-# the major in PG_MAJOR).  With PATTERN, run only the tests whose name
-# contains it.
+# the major in PG_MAJOR).  With PATTERN, run only the tests whose name as
+# listed (regress/NAME, pgtap/NAME, stress/NAME, versions/NAME) contains it:
+# a test's name, or a group such as versions.
 #
 # scripts/test.sh --all-versions [PATTERN]: the same on PostgreSQL 15 (the
 # host), 17 (a trixie chroot) and 18 (a sid chroot), one after the other, then
@@ -50,7 +51,7 @@ cluster_create "$WORK/pg" && cluster_start || { echo "could not start PostgreSQL
 regress=()
 for f in sql/*.sql; do
     t="$(basename "$f" .sql)"
-    wanted "$t" && regress+=("$t")
+    wanted "regress/$t" && regress+=("$t")
 done
 if [ ${#regress[@]} -gt 0 ]; then
     echo "==> pg_regress"
@@ -72,7 +73,7 @@ fi
 echo "==> pgTAP"
 for f in test/*.sql; do
     t="$(basename "$f" .sql)"
-    wanted "$t" || continue
+    wanted "pgtap/$t" || continue
     db="tap_$t"
     db_create "$db" pgtap
     timeout 300 pg_prove -d "$db" "$f" >"$WORK/tap_$t.log" 2>&1
@@ -88,9 +89,12 @@ for group in stress versions; do
     for f in test/$group/*.sh; do
         [ -e "$f" ] || continue
         t="$(basename "$f" .sh)"
-        wanted "$t" || continue
+        wanted "$group/$t" || continue
         start=$(date +%s)
-        timeout 900 bash "$f" >"$WORK/${group}_$t.log" 2>&1
+        # without this runner's cluster: a test's exit trap destroys the
+        # cluster named in PGDATA, which must be its own or none
+        timeout 900 env -u PGHOST -u PGPORT -u PGUSER -u PGDATA -u CLUSTER_DIR \
+            bash "$f" >"$WORK/${group}_$t.log" 2>&1
         status=$?
         if [ $status = 77 ]; then
             skipped=$((skipped + 1))

@@ -523,6 +523,18 @@ HasPrivilege(Oid owner, Acl *acl, Oid role, AclMode mode)
 	return aclmask(effective, role, owner, mode, ACLMASK_ANY) != 0;
 }
 
+/*
+ * May role see a sharded sequence's positions (generation_start,
+ * reserved_high_water)?  As pg_sequences shows last_value: to the owner's
+ * members and to holders of usage (or select).
+ */
+bool
+SequenceReadable(Oid owner, Acl *acl, Oid role)
+{
+	return has_privs_of_role(role, owner) ||
+		HasPrivilege(owner, acl, role, ACL_USAGE | ACL_SELECT);
+}
+
 /* Raise 42501 unless the current user holds one of the rights in mode. */
 void
 CheckPrivilege(ObjectKind kind, const char *name, Oid owner, Acl *acl,

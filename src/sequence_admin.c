@@ -551,6 +551,43 @@ revoke_sequence(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * May the caller see this sequence's positions?  The sequences view lists
+ * every sequence, but its generation_start only to them (false for an
+ * unknown id).
+ */
+PG_FUNCTION_INFO_V1(sequence_readable);
+Datum
+sequence_readable(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(PG_GETARG_INT32(0))};
+	OwnerContext ctx;
+	bool		readable = false;
+
+	BeginAsOwner(&ctx);
+	PreparePlan(&plan,
+				"SELECT owner::pg_catalog.oid, acl FROM sharded_seq.sequence_config"
+				" WHERE id OPERATOR(pg_catalog.=) $1", 1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.sequence_config");
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Oid			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		Datum		acl = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+
+		readable = SequenceReadable(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller);
+	}
+	EndAsOwner(&ctx);
+	PG_RETURN_BOOL(readable);
+}
+
+/*
+ * The view's reserved_high_water: NULL if nothing is reserved yet, and for a
+ * sequence the caller may not see the positions of (even called directly).
+ */
 PG_FUNCTION_INFO_V1(sequence_high_water);
 Datum
 sequence_high_water(PG_FUNCTION_ARGS)
@@ -566,8 +603,8 @@ sequence_high_water(PG_FUNCTION_ARGS)
 
 	BeginAsOwner(&ctx);
 	PreparePlan(&plan,
-				"SELECT generation, base, shards, block FROM sharded_seq.sequence_config"
-				" WHERE id OPERATOR(pg_catalog.=) $1",
+				"SELECT generation, base, shards, block, owner::pg_catalog.oid, acl"
+				" FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.sequence_config");
@@ -579,10 +616,15 @@ sequence_high_water(PG_FUNCTION_ARGS)
 		int32		generation = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
 		int32		shards = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 		int32		block = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+		Oid			owner = DatumGetObjectId(SPI_getbinval(tup, desc, 5, &isnull));
+		Datum		acl = SPI_getbinval(tup, desc, 6, &isnull);
 
-		base = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-		high = GenerationHighWater(id, generation, base, shards, block);
-		found = true;
+		if (SequenceReadable(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller))
+		{
+			base = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+			high = GenerationHighWater(id, generation, base, shards, block);
+			found = true;
+		}
 	}
 	EndAsOwner(&ctx);
 	if (!found || high < base)

@@ -96,6 +96,7 @@ extern void BeginAsOwner(OwnerContext *ctx);
 extern void EndAsOwner(OwnerContext *ctx);
 extern uint64 InstallationToken(void);
 extern bool HasPrivilege(Oid owner, Acl *acl, Oid role, AclMode mode);
+extern bool SequenceReadable(Oid owner, Acl *acl, Oid role);
 extern void CheckPrivilege(ObjectKind kind, const char *name, Oid owner,
 						   Acl *acl, AclMode mode);
 extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner, Oid role);

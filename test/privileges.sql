@@ -1,6 +1,6 @@
 -- E3: privileges work the PostgreSQL way.
 BEGIN;
-SELECT plan(38);
+SELECT plan(45);
 
 CREATE ROLE ss_owner;
 CREATE ROLE ss_app;
@@ -16,7 +16,10 @@ RESET ROLE;
 
 SELECT relid::text AS shard_rel FROM sharded_seq.sequence_shards LIMIT 1 \gset
 SELECT id AS priv_ctr_id FROM sharded_seq.counter_config WHERE name = 'priv_ctr' \gset
+SELECT id AS priv_seq_id FROM sharded_seq.sequence_config WHERE name = 'priv_seq' \gset
 SET ROLE ss_owner;
+SELECT isnt((SELECT reserved_high_water FROM sharded_seq.sequences WHERE name = 'priv_seq'), NULL,
+            'the sequences view shows the owner its sequence''s positions');
 SELECT isnt((SELECT total FROM sharded_seq.counters WHERE name = 'priv_ctr'), NULL,
             'the counters view shows the owner its counter''s total');
 RESET ROLE;
@@ -40,6 +43,12 @@ SELECT lives_ok($$SELECT count(*) FROM sharded_seq.sequences$$, 'anyone can list
 SELECT is((SELECT total FROM sharded_seq.counters WHERE name = 'priv_ctr'), NULL,
           'the counters view lists a counter, but not its total, to a role that may not read it');
 SELECT is(sharded_seq.counter_total(:priv_ctr_id), NULL, '... nor does the function behind it');
+-- like pg_sequences' last_value: positions only to who may use the sequence
+SELECT is((SELECT reserved_high_water FROM sharded_seq.sequences WHERE name = 'priv_seq'), NULL,
+          'the sequences view lists a sequence, but not its reserved_high_water, to a role without usage');
+SELECT is((SELECT generation_start FROM sharded_seq.sequences WHERE name = 'priv_seq'), NULL,
+          '... nor its generation_start');
+SELECT is(sharded_seq.sequence_high_water(:priv_seq_id), NULL, '... nor does the function behind them');
 RESET ROLE;
 
 SET ROLE ss_owner;
@@ -52,12 +61,18 @@ SET ROLE ss_app;
 SELECT lives_ok($$SELECT sharded_nextval('priv_seq')$$, 'a granted role can draw');
 SELECT lives_ok($$SELECT sharded_currval('priv_seq')$$, '... and read currval');
 SELECT throws_ok($$SELECT sharded_seq.alter_sequence('priv_seq', shards => 3)$$, '42501', NULL, '... but usage does not allow alter');
+SELECT isnt((SELECT reserved_high_water FROM sharded_seq.sequences WHERE name = 'priv_seq'), NULL,
+            'usage shows a sequence''s reserved_high_water in the view');
+SELECT isnt((SELECT generation_start FROM sharded_seq.sequences WHERE name = 'priv_seq'), NULL,
+            '... and its generation_start');
 SELECT lives_ok($$SELECT counter_incr('priv_ctr', 5)$$, 'update on a counter allows counter_incr');
 SELECT throws_ok($$SELECT counter_value('priv_ctr')$$, '42501', NULL, '... but not counter_value');
 RESET ROLE;
 
 SET ROLE ss_reader;
 SELECT is(counter_value('priv_ctr'), 6::bigint, 'select on a counter allows counter_value');
+SELECT is((SELECT reserved_high_water FROM sharded_seq.sequences WHERE name = 'priv_seq'), NULL,
+          'a grant on a counter shows no sequence''s positions');
 SELECT throws_ok($$SELECT counter_incr('priv_ctr')$$, '42501', NULL, '... but not counter_incr');
 RESET ROLE;
 

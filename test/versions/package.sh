@@ -19,25 +19,33 @@ if [ "$(id -u)" != 0 ]; then
     exit 77
 fi
 
-# the packaging tools, when missing (the chroots have them already)
+# the packaging tools: scripts/setup.sh installs them (scripts/test.sh runs
+# it first); a test installs nothing itself
 need=()
-for p in dpkg-dev debhelper postgresql-server-dev-all postgresql-all; do
+for p in build-essential dpkg-dev debhelper fakeroot libmemcached-dev postgresql-server-dev-all postgresql-all; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    echo "missing packages: ${need[*]}; scripts/setup.sh installs them"
+    exit 1
 fi
 
 WORK="$(mktemp -d /tmp/ss_package.XXXXXX)"
 chmod 755 "$WORK"
+# Every step runs whatever failed before (set -e and -u are off here), and
+# the test's own status is kept.
 restore() {
-    cluster_destroy >/dev/null 2>&1 || true
+    local status=$? ok=1
+    set +eu
+    cluster_destroy >/dev/null 2>&1
     if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q "install ok installed"; then
-        dpkg -r "$PKG" >/dev/null 2>&1
+        dpkg -r "$PKG" >/dev/null 2>&1 || { echo "cleanup: could not remove $PKG"; ok=0; }
     fi
-    make -s -C "$SRC" install PG_CONFIG="/usr/lib/postgresql/$MAJOR/bin/pg_config" >/dev/null
+    make -s -C "$SRC" install PG_CONFIG="/usr/lib/postgresql/$MAJOR/bin/pg_config" >/dev/null ||
+        { echo "cleanup: could not put back the build from source"; ok=0; }
     rm -rf "$WORK"
+    [ $ok = 1 ] || [ $status != 0 ] || status=1
+    exit $status
 }
 trap restore EXIT
 

@@ -74,13 +74,16 @@ for v in "${older[@]}"; do
     db="upd_${v//[^a-zA-Z0-9]/_}"
     echo "==> from $v to $default"
     psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE $db" >/dev/null
+    # memcached write-behind: 'buffered' up to 1.2, 'memcached' from 1.3 (whose
+    # 'buffered' is shared memory and needs a preloaded library)
+    case "$v" in 1.0|1.1|1.2) wb_mode=buffered ;; *) wb_mode=memcached ;; esac
     psql -qX -v ON_ERROR_STOP=1 -d "$db" >/dev/null <<SQL
 CREATE EXTENSION sharded_seq VERSION '$v';
 SELECT sharded_seq.create_sequence('db_seq', shards => 4, block => 20);
 SELECT sharded_seq.create_sequence('db1_seq', shards => 1, block => 20);
 SELECT sharded_seq.create_sequence('mc_seq', tier => 'memcached', block => 400);
 SELECT sharded_seq.create_counter('exact_c', shards => 4);
-SELECT sharded_seq.create_counter('buf_c', shards => 2, mode => 'buffered');
+SELECT sharded_seq.create_counter('buf_c', shards => 2, mode => '$wb_mode');
 CREATE TABLE drawn (seq text, v bigint, phase text);
 SQL
     [ "$(psql -qXAt -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'sharded_seq'")" = "$v" ]
