@@ -13,7 +13,9 @@
 #include "catalog/pg_trigger.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "commands/defrem.h"
 #include "commands/trigger.h"
+#include "nodes/parsenodes.h"
 #include "utils/fmgroids.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -242,6 +244,77 @@ ShardsRelidIfInstalled(void)
 	return OidIsValid(namespace) ? get_relname_relid("counter_shards", namespace) : InvalidOid;
 }
 
+static Oid
+RelidOf(RangeVar *rv)
+{
+	return rv ? RangeVarGetRelid(rv, NoLock, true) : InvalidOid;
+}
+
+/*
+ * May this command change what the shard table is, so that writes can
+ * escape the marks that kept totals stand on (the rule in
+ * counter_buffer.c)?  Trigger changes, TRUNCATE (a cascade may reach it),
+ * rewrites (VACUUM FULL, CLUSTER), drops, and an update of the extension.
+ * Plain VACUUM and ANALYZE change no row and are left alone.  Errs on the
+ * side of yes; costs a lookup or two, and only for these commands.
+ */
+bool
+ChangesShardTable(Node *stmt)
+{
+	Oid			shards;
+	ListCell   *lc;
+
+	switch (nodeTag(stmt))
+	{
+		case T_AlterTableStmt:
+		case T_TruncateStmt:
+		case T_ClusterStmt:
+			break;
+		case T_VacuumStmt:
+			foreach(lc, ((VacuumStmt *) stmt)->options)
+			{
+				DefElem    *opt = lfirst_node(DefElem, lc);
+
+				if (strcmp(opt->defname, "full") == 0 && defGetBoolean(opt))
+					break;
+			}
+			if (lc == NULL)
+				return false;
+			break;
+		case T_DropStmt:
+			switch (((DropStmt *) stmt)->removeType)
+			{
+				case OBJECT_TRIGGER:
+				case OBJECT_TABLE:
+				case OBJECT_SCHEMA:
+				case OBJECT_EXTENSION:
+					break;
+				default:
+					return false;
+			}
+			break;
+		case T_AlterExtensionStmt:
+			return strcmp(((AlterExtensionStmt *) stmt)->extname, "sharded_seq") == 0;
+		default:
+			return false;
+	}
+	shards = ShardsRelidIfInstalled();
+	if (!OidIsValid(shards))
+		return false;
+	if (IsA(stmt, AlterTableStmt))
+		return RelidOf(((AlterTableStmt *) stmt)->relation) == shards;
+	if (IsA(stmt, TruncateStmt))
+	{
+		if (((TruncateStmt *) stmt)->behavior == DROP_CASCADE)
+			return true;
+		foreach(lc, ((TruncateStmt *) stmt)->relations)
+			if (RelidOf(lfirst_node(RangeVar, lc)) == shards)
+				return true;
+		return false;
+	}
+	return true;
+}
+
 /*
  * Is the safety net of kept totals in place on counter_shards, as snapshot
  * sees pg_trigger: the trigger rows_changed_elsewhere, enabled ALWAYS, for
@@ -307,8 +380,17 @@ static const struct
 	{"counter_config", "config_replicated", TRIGGER_FIRES_ON_REPLICA, "REPLICA"},
 };
 
+/* Is relid a table of the extension's schema?  Never raises an error. */
+bool
+OwnTable(Oid relid)
+{
+	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+
+	return OidIsValid(relid) && OidIsValid(namespace) && get_rel_namespace(relid) == namespace;
+}
+
 /*
- * After an ALTER TABLE: every trigger of the extension that is enabled but
+ * After an ALTER TABLE of one of the extension's tables: every trigger of the extension that is enabled but
  * not in its own firing mode gets it back (a disabled one stays disabled,
  * as a restore in progress leaves it), with a NOTICE.  Runs as the caller,
  * who could alter the table.
@@ -350,7 +432,7 @@ RestoreTriggerModes(void)
 				(errmsg("trigger %s on %s.%s fires %s again",
 						OwnTriggers[i].trigger, SHARDED_SEQ_SCHEMA, OwnTriggers[i].table,
 						OwnTriggers[i].mode),
-				 errdetail("The extension needs it to fire %s: logical replication's writes must reach it too.",
+				 errdetail("ENABLE TRIGGER enables a trigger on origin only; the extension needs this one to fire %s.",
 						   OwnTriggers[i].mode)));
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");

@@ -38,7 +38,6 @@
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
-#include "utils/inval.h"
 #include "utils/memutils.h"
 
 #include "sharded_seq.h"
@@ -79,9 +78,6 @@ StaticAssertDecl(sizeof(BufferSlot) == PG_CACHE_LINE_SIZE,
 #define LAYOUT_CHANGING_MASK ((UINT64CONST(1) << LAYOUT_CHANGING_BITS) - 1)
 #define LAYOUT_COUNT_ONE	(UINT64CONST(1) << LAYOUT_CHANGING_BITS)
 
-/* counter_shards tables (of any database) that sessions have kept totals of */
-#define SHARDS_RELIDS		1024
-
 typedef struct BufferShared
 {
 	LWLock	   *lock;			/* claims and frees */
@@ -89,9 +85,7 @@ typedef struct BufferShared
 	pg_atomic_uint64 refused;	/* commits that found the table full */
 	int			used;			/* slots in use; under the lock */
 	pg_atomic_uint32 foreign_rows;	/* shard rows were written outside the engine */
-	pg_atomic_uint64 net_epoch;	/* bumped by anything that may hide a row write */
-	pg_atomic_uint64 shards_relids[SHARDS_RELIDS];	/* dbid << 32 | relid, or 0 */
-	pg_atomic_uint32 shards_relids_full;	/* one did not fit: any relation may be one */
+	pg_atomic_uint64 net_epoch;	/* moved by anything that may hide a row write */
 	pg_atomic_uint64 layout[LAYOUT_BUCKETS];
 	BufferSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } BufferShared;
@@ -161,9 +155,6 @@ SlotsShmemInit(void)
 		Shared->used = 0;
 		pg_atomic_init_u32(&Shared->foreign_rows, 0);
 		pg_atomic_init_u64(&Shared->net_epoch, 0);
-		for (int i = 0; i < SHARDS_RELIDS; i++)
-			pg_atomic_init_u64(&Shared->shards_relids[i], 0);
-		pg_atomic_init_u32(&Shared->shards_relids_full, 0);
 		pg_atomic_init_u64(&Shared->refused, 0);
 		for (int i = 0; i < LAYOUT_BUCKETS; i++)
 			pg_atomic_init_u64(&Shared->layout[i], 0);
@@ -891,14 +882,15 @@ FlushBuffered(int32 counter_id, const char *name, bool wait)
  *     counter, TRUNCATE every counter (node.c);
  *   - COMMIT/ROLLBACK PREPARED: every word (worker.c's utility hook), since
  *     the words of a prepared transaction from before a restart are gone.
- * What can hide a write from those marks (the trigger disabled, dropped or
- * not yet created on an old schema; TRUNCATE, VACUUM FULL, CLUSTER, ALTER
- * EXTENSION UPDATE, a restore) changes the table's catalog entry and so
- * sends a relcache invalidation of counter_shards.  ShardsRelcacheChanged
- * then marks every word, "changing" until the end of the transaction that
- * made the change when it is that transaction's own, and moves net_epoch;
- * KeepRows keeps nothing unless the trigger is in place as a snapshot taken
- * after its epoch was read sees it (ShardsNetHolds, counter_shards.c).
+ * What can hide a write from those marks is a command on the shard table
+ * (DISABLE TRIGGER, DROP TRIGGER, TRUNCATE, VACUUM FULL, CLUSTER, ALTER
+ * EXTENSION UPDATE; a data-only restore disables the triggers): worker.c's
+ * utility hook marks every word before such a command runs, "changing"
+ * until its transaction ends (ChangesShardTable, catalog.c), and
+ * LayoutChangingAll moves net_epoch.  KeepRows keeps nothing unless the
+ * trigger is in place as a snapshot taken after the epoch was read sees it
+ * (ShardsNetHolds, counter_shards.c).  Not covered: a superuser's DML on
+ * pg_trigger itself, which no command announces.
  * Exceptions, where no total is kept at all: no shared memory (not
  * preloaded), a standby (replay marks nothing), SERIALIZABLE, a node id or
  * another node's rows, foreign rows written (NoteForeignRows).
@@ -913,7 +905,6 @@ static pg_atomic_uint64 **Changing = NULL;
 static int	NChanging = 0;
 static int	ChangingSize = 0;
 static bool ChangingAll = false;	/* every bucket: moves net_epoch at the end */
-static Oid	LocalShardsRelid = InvalidOid;	/* the last one this session used */
 
 #define CHANGING_KEEP 64
 
@@ -1034,19 +1025,6 @@ LayoutXactEnd(void)
 	}
 }
 
-/*
- * Move every word and net_epoch, without marking anything changing: a
- * change to the shard table that this process learns of outside a
- * transaction of its own that made it.
- */
-static void
-LayoutMoveAll(void)
-{
-	for (int i = 0; i < LAYOUT_BUCKETS; i++)
-		pg_atomic_fetch_add_u64(&Shared->layout[i], LAYOUT_COUNT_ONE);
-	pg_atomic_fetch_add_u64(&Shared->net_epoch, 1);
-}
-
 /* What ShardsNetHolds' answer is good for; read before the word. */
 uint64
 ShardsNetEpoch(void)
@@ -1054,88 +1032,6 @@ ShardsNetEpoch(void)
 	if (Shared == NULL)
 		return 0;
 	return pg_atomic_read_u64(&Shared->net_epoch);
-}
-
-/*
- * relid is this database's counter_shards: remember it here and for every
- * process of the server, so that an invalidation of it is known for what
- * it is wherever it is processed (no catalog access is allowed there).
- * Called before a total of it is kept.
- */
-void
-NoteShardsRelid(Oid relid)
-{
-	uint64		key = ((uint64) MyDatabaseId << 32) | relid;
-
-	LocalShardsRelid = relid;
-	if (Shared == NULL || !OidIsValid(relid))
-		return;
-	for (int i = 0; i < SHARDS_RELIDS; i++)
-	{
-		uint64		seen = pg_atomic_read_u64(&Shared->shards_relids[i]);
-
-		if (seen == key)
-			return;
-		if (seen == 0)
-		{
-			uint64		expected = 0;
-
-			if (pg_atomic_compare_exchange_u64(&Shared->shards_relids[i], &expected, key) ||
-				expected == key)
-				return;
-		}
-	}
-	pg_atomic_write_u32(&Shared->shards_relids_full, 1);
-	pg_memory_barrier();
-}
-
-/* Might relid be this database's counter_shards?  No catalog access. */
-static bool
-MightBeShardsRelid(Oid relid)
-{
-	uint64		key = ((uint64) MyDatabaseId << 32) | relid;
-
-	if (relid == LocalShardsRelid)
-		return true;
-	if (pg_atomic_read_u32(&Shared->shards_relids_full) != 0)
-		return true;
-	for (int i = 0; i < SHARDS_RELIDS; i++)
-	{
-		uint64		seen = pg_atomic_read_u64(&Shared->shards_relids[i]);
-
-		if (seen == key)
-			return true;
-		if (seen == 0)
-			return false;
-	}
-	return false;
-}
-
-/*
- * A relcache invalidation: of counter_shards (or of everything), the
- * catalog entry of the shard table changed, and writes may now be hidden
- * from the marks (see the rule above).  In the transaction that made the
- * change (it has an xid and is running), every word stays changing until
- * it ends; anywhere else, every word moves.
- */
-static void
-ShardsRelcacheChanged(Datum arg, Oid relid)
-{
-	if (Shared == NULL || (OidIsValid(relid) && !MightBeShardsRelid(relid)))
-		return;
-	/* no total is kept in this server's life any more */
-	if (ForeignRowsSeen())
-		return;
-	if (IsTransactionState() && TransactionIdIsValid(GetTopTransactionIdIfAny()))
-		LayoutChangingAll();
-	else
-		LayoutMoveAll();
-}
-
-void
-LayoutInit(void)
-{
-	CacheRegisterRelcacheCallback(ShardsRelcacheChanged, (Datum) 0);
 }
 
 /*

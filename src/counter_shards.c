@@ -387,9 +387,6 @@ KeepRows(Relation rel, CounterPlace *place, Snapshot seen, int128 sum,
 	bool		still;
 	Snapshot	snapshot;
 
-	/* an invalidation of the table must find it known for what it is */
-	NoteShardsRelid(RelationGetRelid(rel));
-	pg_memory_barrier();
 	net = ShardsNetEpoch();
 	word = LayoutWord(place->counter_id);
 	still = word == place->last_word;

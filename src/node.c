@@ -513,7 +513,6 @@ rows_changed_elsewhere(PG_FUNCTION_ARGS)
 	shards = RelationGetRelid(trigdata->tg_relation) == ConfigRelid("counter_shards");
 	if (shards)
 	{
-		NoteShardsRelid(RelationGetRelid(trigdata->tg_relation));
 		if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
 		{
 			bool		isnull;

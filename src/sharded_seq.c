@@ -229,6 +229,5 @@ _PG_init(void)
 		WorkerUtilityInit();
 	}
 	CatalogInit();
-	LayoutInit();
 	CounterInit();
 }

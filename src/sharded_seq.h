@@ -79,7 +79,9 @@ extern bool AdaptiveCountersStored(void);
 extern bool WriteBehindModesSplit(void);
 extern bool NodeClaimsStored(void);
 extern Oid	ShardsRelidIfInstalled(void);
+extern bool ChangesShardTable(Node *stmt);
 extern bool ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot);
+extern bool OwnTable(Oid relid);
 extern void RestoreTriggerModes(void);
 extern CounterMode ParseCounterMode(const char *mode, int len);
 extern const char *StoredModeName(CounterMode mode);
@@ -301,8 +303,6 @@ extern void LayoutChangingAll(void);
 extern void NoteForeignRows(void);
 extern bool ForeignRowsSeen(void);
 extern uint64 ShardsNetEpoch(void);
-extern void NoteShardsRelid(Oid relid);
-extern void LayoutInit(void);
 
 /* counter_kept.c: totals kept in shared memory, for every session */
 extern int	SharedTotals;

@@ -23,6 +23,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_database.h"
 #include "common/hashfn.h"
 #include "commands/dbcommands.h"
@@ -1181,18 +1182,12 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		 ((TransactionStmt *) stmt)->kind == TRANS_STMT_ROLLBACK_PREPARED))
 		LayoutChangingAll();
 	/*
-	 * A command may change what the shard table is (DISABLE TRIGGER,
-	 * TRUNCATE, VACUUM FULL, ...): its invalidation must be known for one of
-	 * counter_shards here (the rule in counter_buffer.c), and an update of
-	 * the extension changes the rules themselves.
+	 * A command that may hide shard-row writes from the marks (DISABLE
+	 * TRIGGER, TRUNCATE, ...; the rule in counter_buffer.c) marks every word
+	 * until its transaction ends, before it runs.
 	 */
-	if (LayoutWordsAvailable() && IsTransactionState())
-	{
-		NoteShardsRelid(ShardsRelidIfInstalled());
-		if (IsA(stmt, AlterExtensionStmt) &&
-			strcmp(((AlterExtensionStmt *) stmt)->extname, "sharded_seq") == 0)
-			LayoutChangingAll();
-	}
+	if (LayoutWordsAvailable() && IsTransactionState() && ChangesShardTable(stmt))
+		LayoutChangingAll();
 	alone = DatabaseNeededAlone(stmt);
 	paused = PauseWorker(alone);
 	if (paused)
@@ -1222,8 +1217,13 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (IsA(stmt, CreateExtensionStmt) &&
 		strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0)
 		WorkerNoteDatabase();
-	/* ENABLE TRIGGER ALL must not leave our triggers firing on origin only */
-	if (IsA(stmt, AlterTableStmt) && IsTransactionState())
+	/*
+	 * ENABLE TRIGGER ALL on one of our tables must not leave our triggers
+	 * firing on origin only (an update script sets the modes itself)
+	 */
+	if (IsA(stmt, AlterTableStmt) && IsTransactionState() && !creating_extension &&
+		((AlterTableStmt *) stmt)->relation != NULL &&
+		OwnTable(RangeVarGetRelid(((AlterTableStmt *) stmt)->relation, NoLock, true)))
 		RestoreTriggerModes();
 	if (IsA(stmt, CreatedbStmt))
 		ForgetSharedTotals(get_database_oid(((CreatedbStmt *) stmt)->dbname, true));

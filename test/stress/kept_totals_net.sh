@@ -20,7 +20,10 @@
 #      and one made as a replica (session_replication_role), as logical
 #      replication's apply worker writes;
 #   6. TRUNCATE and the rows written again.
-# ENABLE TRIGGER ALL (as a restore ends) must leave the trigger firing ALWAYS.
+# ENABLE TRIGGER ALL (as a restore ends) must leave the trigger firing ALWAYS,
+# and another role's ALTER TABLE of its own table must not be touched (8).
+#   7. ANALYZE, plain VACUUM (autovacuum's work), DDL in another database and
+#      a session idle in a transaction with an xid leave totals kept.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -209,7 +212,42 @@ UPDATE sharded_seq.counter_shards SET value = value + 1000 WHERE $(shard1 c7);
 COMMIT;
 SQL
 all_read c7 1010 "TRUNCATE and the rows written again"
+
+echo "== 7. what changes no row leaves totals kept"
+restart
+q "SELECT sharded_seq.create_counter('c8', shards => 4)" >/dev/null
+q "SELECT counter_incr('c8', 10)" >/dev/null
+q "CREATE TABLE idle_t (a int)"
+keep c8 10
+session_send T "COMMIT;"
+# a session idle in a transaction that has an xid, while statistics change
+session_open I stress
+session_send I "BEGIN; INSERT INTO idle_t VALUES (1);"
+session_sync I
+q "ANALYZE sharded_seq.counter_shards"
+q "VACUUM sharded_seq.counter_shards"
+psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE TABLE elsewhere (a int)" >/dev/null
+session_send I "SELECT count(*) FROM idle_t;"
+session_sync I
+is_kept c8 10
+echo "RESULT after ANALYZE, VACUUM and DDL elsewhere, with a session idle in a transaction that saw them, the total stays kept"
+session_send I "COMMIT;"
+session_close I
+session_send T "COMMIT;"
 session_close K
 session_close T
+
+echo "== 8. another role's ALTER TABLE of its own table"
+# the trigger left firing on origin by a catalog update; a role that may not
+# alter the extension's tables alters its own: nothing of ours may get in
+# its way
+q "CREATE ROLE alice LOGIN; GRANT CREATE ON SCHEMA public TO alice"
+q "UPDATE pg_trigger SET tgenabled = 'O' WHERE tgname = 'rows_changed_elsewhere'"
+psql -qX -v ON_ERROR_STOP=1 -U alice -d stress -c "CREATE TABLE alice_t (a int)" \
+    -c "ALTER TABLE alice_t ADD COLUMN b int" >/dev/null 2>"$WORK/alice.err" ||
+    fail "alice could not alter her own table: $(cat "$WORK/alice.err")"
+mode="$(q "SELECT tgenabled FROM pg_trigger WHERE tgname = 'rows_changed_elsewhere'")"
+echo "RESULT alice altered her own table; the trigger stays '$mode' until an ALTER TABLE of ours"
+[ "$mode" = O ] || fail "an unrelated ALTER TABLE changed the trigger to $mode"
 [ "$WRONG" = 0 ] || fail "$WRONG cases read a total that hid a write"
 echo "kept totals safety net test passed"
