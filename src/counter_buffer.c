@@ -702,7 +702,7 @@ BufferReportLeft(void)
 			ereport(LOG,
 					(errmsg("sharded_seq: " UINT64_FORMAT " committed increments of counter %d are still in shared memory as its worker stops",
 							left, s->counter_id),
-					 errdetail("Another transaction held every row of the counter (a prepared transaction?); they are lost if the server stops now.")));
+					 errdetail("The worker could not write them to the counter's rows: another transaction held every row (a prepared transaction?), or this server's node id is claimed by another (see sharded_seq.node_claims).  They are lost if the server stops now; add them again with counter_incr once the cause is gone.")));
 	}
 }
 

@@ -183,7 +183,8 @@ ClaimCompare(const Claim *a, const Claim *b)
 static char *
 ClaimTime(const Claim *claim)
 {
-	return pstrdup(claim->claimed_at ? timestamptz_to_str(claim->claimed_at) : "an unknown time");
+	/* claimed_at is NOT NULL: 0 is 2000-01-01, a time like any other */
+	return pstrdup(timestamptz_to_str(claim->claimed_at));
 }
 
 /* Record this system's claim of node (nothing if it holds one already). */
@@ -258,9 +259,14 @@ NodeClaimCheck(void)
 		InitDirtySnapshot(dirty);
 		n = ReadClaims(node, &dirty, &claims);
 	}
+	/*
+	 * The dirty snapshot may show two versions of one claim (an UPDATE in
+	 * progress): this system's claim is the earliest of its own rows.
+	 */
 	for (int i = 0; i < n; i++)
 	{
-		if (strcmp(claims[i].system, system) == 0 && strcmp(claims[i].database, database) == 0)
+		if (strcmp(claims[i].system, system) == 0 && strcmp(claims[i].database, database) == 0 &&
+			(mine == NULL || ClaimCompare(&claims[i], mine) < 0))
 			mine = &claims[i];
 		if (first == NULL || ClaimCompare(&claims[i], first) < 0)
 			first = &claims[i];

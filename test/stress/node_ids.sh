@@ -32,3 +32,18 @@ db_create nodes pgtap
 cp "$HERE/node_ids.sql" "$WORK/"
 [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/node_ids.sql"
 pg_prove -d nodes "$WORK/node_ids.sql"
+
+# An UPDATE of this server's own claim, still in progress: the dirty
+# snapshot shows both versions of the row, which are one claim, not two
+# (a first version of 1.4 refused every draw meanwhile).
+q() { psql -qXAt -v ON_ERROR_STOP=1 -d nodes -c "$1"; }
+q "SELECT sharded_seq.create_sequence('claim_upd'), sharded_seq.create_counter('claim_upd_c')" >/dev/null
+q "SELECT sharded_nextval('claim_upd')" >/dev/null
+session_open U nodes
+session_send U "BEGIN; UPDATE sharded_seq.node_claims SET claimed_at = claimed_at + interval '1 second' WHERE node_id = 5;"
+session_sync U
+got="$(psql -qXAt -d nodes -c "SELECT sharded_nextval('claim_upd') > 0, counter_incr('claim_upd_c') > 0" 2>&1 || true)"
+session_send U "ROLLBACK;"
+session_close U
+echo "RESULT a draw and an increment while this server's claim is being updated: $got (want t|t)"
+[ "$got" = "t|t" ] || { echo "FAILED: an update of this server's own claim refused its draws"; exit 1; }
