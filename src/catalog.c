@@ -233,21 +233,37 @@ NodeClaimsStored(void)
 }
 
 /*
- * This database's counter_shards, or InvalidOid if the extension is not
+ * relname in the extension's schema, or InvalidOid when the extension is not
  * installed.  Never raises an error.
  */
-Oid
-ShardsRelidIfInstalled(void)
+static Oid
+InstalledRelid(const char *relname)
 {
 	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
 
-	return OidIsValid(namespace) ? get_relname_relid("counter_shards", namespace) : InvalidOid;
+	return OidIsValid(namespace) ? get_relname_relid(relname, namespace) : InvalidOid;
 }
 
 static Oid
 RelidOf(RangeVar *rv)
 {
 	return rv ? RangeVarGetRelid(rv, NoLock, true) : InvalidOid;
+}
+
+/* Does a VACUUM ask for FULL (a rewrite)? */
+static bool
+VacuumFull(VacuumStmt *stmt)
+{
+	ListCell   *lc;
+
+	foreach(lc, stmt->options)
+	{
+		DefElem    *opt = lfirst_node(DefElem, lc);
+
+		if (strcmp(opt->defname, "full") == 0 && defGetBoolean(opt))
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -271,14 +287,7 @@ ChangesShardTable(Node *stmt)
 		case T_ClusterStmt:
 			break;
 		case T_VacuumStmt:
-			foreach(lc, ((VacuumStmt *) stmt)->options)
-			{
-				DefElem    *opt = lfirst_node(DefElem, lc);
-
-				if (strcmp(opt->defname, "full") == 0 && defGetBoolean(opt))
-					break;
-			}
-			if (lc == NULL)
+			if (!VacuumFull((VacuumStmt *) stmt))
 				return false;
 			break;
 		case T_DropStmt:
@@ -298,7 +307,7 @@ ChangesShardTable(Node *stmt)
 		default:
 			return false;
 	}
-	shards = ShardsRelidIfInstalled();
+	shards = InstalledRelid("counter_shards");
 	if (!OidIsValid(shards))
 		return false;
 	if (IsA(stmt, AlterTableStmt))
@@ -380,12 +389,17 @@ static const struct
 	{"counter_config", "config_replicated", TRIGGER_FIRES_ON_REPLICA, "REPLICA"},
 };
 
-/* Is relid a table of the extension's schema?  Never raises an error. */
+/* Is stmt an ALTER TABLE of a table of the extension's?  Never raises an error. */
 bool
-OwnTable(Oid relid)
+AltersOwnTable(Node *stmt)
 {
-	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+	Oid			relid;
+	Oid			namespace;
 
+	if (!IsA(stmt, AlterTableStmt))
+		return false;
+	relid = RelidOf(((AlterTableStmt *) stmt)->relation);
+	namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
 	return OidIsValid(relid) && OidIsValid(namespace) && get_rel_namespace(relid) == namespace;
 }
 
@@ -487,9 +501,7 @@ ShardLayoutsStored(void)
 Oid
 CurrentInstallation(void)
 {
-	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
-
-	return OidIsValid(namespace) ? get_relname_relid("counter_config", namespace) : InvalidOid;
+	return InstalledRelid("counter_config");
 }
 
 /* The role that owns the extension's tables, which the admin code acts as. */

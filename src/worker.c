@@ -23,7 +23,6 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_database.h"
 #include "common/hashfn.h"
 #include "commands/dbcommands.h"
@@ -1221,9 +1220,7 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	 * ENABLE TRIGGER ALL on one of our tables must not leave our triggers
 	 * firing on origin only (an update script sets the modes itself)
 	 */
-	if (IsA(stmt, AlterTableStmt) && IsTransactionState() && !creating_extension &&
-		((AlterTableStmt *) stmt)->relation != NULL &&
-		OwnTable(RangeVarGetRelid(((AlterTableStmt *) stmt)->relation, NoLock, true)))
+	if (IsTransactionState() && !creating_extension && AltersOwnTable(stmt))
 		RestoreTriggerModes();
 	if (IsA(stmt, CreatedbStmt))
 		ForgetSharedTotals(get_database_oid(((CreatedbStmt *) stmt)->dbname, true));
