@@ -1,7 +1,14 @@
 EXTENSION = sharded_seq
 MODULE_big = sharded_seq
-OBJS = src/sharded_seq.o src/catalog.o src/sequence.o src/sequence_admin.o src/replication.o src/node.o src/counter.o src/counter_admin.o src/counter_maintain.o src/counter_memcached.o src/counter_buffer.o src/counter_kept.o src/worker.o src/counter_shards.o src/memcache.o src/stats.o
+OBJS = src/module.o \
+	src/common/catalog.o src/common/memcache.o src/common/node.o \
+	src/common/replication.o src/common/stats.o \
+	src/sequence/engine.o src/sequence/admin.o \
+	src/counter/engine.o src/counter/rows.o src/counter/kept.o src/counter/slots.o \
+	src/counter/memcached.o src/counter/maintain.o src/counter/admin.o \
+	src/worker/worker.o
 DATA = $(wildcard sharded_seq--*.sql)
+PG_CPPFLAGS = -I$(srcdir)/src
 PGFILEDESC = "sharded_seq - sharded sequences and counters"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
@@ -18,4 +25,4 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # every object depends on the shared headers (PGXS tracks no header changes)
-$(OBJS): src/sharded_seq.h src/compat.h
+$(OBJS): $(wildcard src/*/*.h)

@@ -28,7 +28,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 typedef struct CounterEntry
 {

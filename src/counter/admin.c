@@ -20,7 +20,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 /* The name to store for a mode a caller gave, as the schema in force spells it. */
 static const char *

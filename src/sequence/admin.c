@@ -21,7 +21,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 typedef struct SeqRow
 {

@@ -47,7 +47,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 typedef struct SeqEntry
 {

@@ -35,7 +35,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 /*
  * Bumped whenever a relcache invalidation reaches one of our config tables

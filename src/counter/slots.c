@@ -40,7 +40,7 @@
 #include "storage/shmem.h"
 #include "utils/memutils.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 #define SLOT_FREE	0			/* never used since the last free run: ends probes */
 #define SLOT_USED	1

@@ -21,7 +21,7 @@
 #include "storage/lwlock.h"
 #include "utils/guc.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 /*
  * The level a wait for a non-commit record uses: SyncRepWaitForLSN caps it

@@ -20,7 +20,7 @@
 #include "utils/hsearch.h"
 #include "utils/tuplestore.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 #define STATS_SLOTS 1024
 

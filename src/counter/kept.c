@@ -22,7 +22,7 @@
 #include "port/atomics.h"
 #include "storage/shmem.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 #define KEPT_WAYS	4
 

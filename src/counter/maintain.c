@@ -28,7 +28,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 typedef struct Candidate
 {

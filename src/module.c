@@ -14,7 +14,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 PG_MODULE_MAGIC;
 

@@ -51,7 +51,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 #define MAX_WORKER_DBS		64
 #define ERROR_LEN			256

@@ -49,7 +49,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 /* node_claims' columns */
 #define Anum_claim_node_id		1

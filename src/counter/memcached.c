@@ -29,7 +29,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 #define MC_KEY_LEN 250
 

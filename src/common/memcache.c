@@ -19,7 +19,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 char	   *MemcachedServers = NULL;
 int			MemcachedConnectTimeout = 200;

@@ -38,7 +38,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "sharded_seq.h"
+#include "common/common.h"
 
 
 #define Anum_shard_counter_id	1
