@@ -42,8 +42,9 @@ ShmemRequest(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(CountsShmemSize());
 	RequestAddinShmemSpace(SlotsShmemSize());
+	RequestAddinShmemSpace(LayoutShmemSize());
 	RequestAddinShmemSpace(KeptShmemSize());
-	RequestAddinShmemSpace(WorkerShmemSize());
+	RequestAddinShmemSpace(RegistryShmemSize());
 	RequestNamedLWLockTranche("sharded_seq", 1);
 	RequestNamedLWLockTranche("sharded_seq buffered", 1);
 	RequestNamedLWLockTranche("sharded_seq workers", 1);
@@ -57,8 +58,9 @@ ShmemStartup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	CountsShmemInit();
 	SlotsShmemInit();
+	LayoutShmemInit();
 	KeptShmemInit();
-	WorkerShmemInit();
+	RegistryShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -229,5 +231,6 @@ _PG_init(void)
 		WorkerUtilityInit();
 	}
 	CatalogInit();
+	RegistryInit();
 	CounterInit();
 }

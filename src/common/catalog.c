@@ -193,8 +193,6 @@ ConfigRelid(const char *relname)
 	relid = get_relname_relid(relname, ConfigNamespace());
 	if (OidIsValid(relid) && n_cached_relids < MAX_CACHED_RELIDS)
 	{
-		/* the extension is used here: the worker should serve this database */
-		WorkerNoteDatabase();
 		cached_relids[n_cached_relids].name = relname;
 		cached_relids[n_cached_relids].relid = relid;
 		n_cached_relids++;
@@ -882,54 +880,6 @@ ReportNotFound(ObjectKind kind, const char *name)
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
 			 errmsg("counter \"%s\" does not exist", name),
 			 errhint("Create it with sharded_seq.create_counter('%s'), or list the existing ones in sharded_seq.counters.", name)));
-}
-
-/*
- * A new id for a sequence or counter (as the extension owner, inside SPI).
- * Node 0 takes the id sequence's next value k.  Node n > 0 takes n + 1024k:
- * counter_config is replicated, so ids made by different nodes must never
- * meet.  An id already taken (by an object made while this database was
- * node 0, say, and replicated here) is skipped.
- */
-int32
-NextObjectId(void)
-{
-	static SPIPlanPtr plan = NULL;
-	static SPIPlanPtr taken_plan = NULL;
-	Oid			taken_types[1] = {INT4OID};
-	int32		node = SessionNodeId();
-
-	if (node > 0)
-		NodeClaimCheck();
-	PreparePlan(&plan, "SELECT pg_catalog.nextval('sharded_seq.object_id_seq'::pg_catalog.regclass)", 0, NULL);
-	for (;;)
-	{
-		bool		isnull;
-		int64		k;
-		int64		id;
-		Datum		args[1];
-
-		if (SPI_execute_plan(plan, NULL, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not allocate an object id");
-		k = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		id = node == 0 ? k : node + (int64) NODE_SHARDS * k;
-		if (id > PG_INT32_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("too many sharded sequences and counters have been created"),
-					 errhint("Identifiers are never reused; drop objects you no longer need and reuse their names.")));
-		if (node == 0)
-			return (int32) id;
-		args[0] = Int32GetDatum((int32) id);
-		PreparePlan(&taken_plan,
-					"SELECT 1 FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1"
-					" UNION ALL SELECT 1 FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1",
-					1, taken_types);
-		if (SPI_execute_plan(taken_plan, args, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not check object id %d", (int32) id);
-		if (SPI_processed == 0)
-			return (int32) id;
-	}
 }
 
 /*

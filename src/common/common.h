@@ -18,6 +18,10 @@
 #include "access/htup.h"
 #include "lib/ilist.h"
 #include "utils/hsearch.h"
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
 
 #define SHARDED_SEQ_SCHEMA		"sharded_seq"
 #define SHARDED_SEQ_MAX_NAME	(NAMEDATALEN - 1)
@@ -271,28 +275,31 @@ extern void CounterDroppedInXact(int32 counter_id);
 /* counter_buffer.c: write-behind in shared memory (mode 'buffered') */
 extern Size SlotsShmemSize(void);
 extern void SlotsShmemInit(void);
-extern bool BufferAvailable(void);
-extern bool BufferReserve(int32 counter_id, int64 amount, bool forward);
-extern int64 BufferPending(int32 counter_id);
-extern int64 BufferTake(Oid install, int32 counter_id);
-extern int	BufferCounters(Oid install, int32 **ids);
-extern void BufferFreeIdle(Oid install);
-extern void BufferSlotUsage(int *used, int *total, int64 *refused);
-extern bool BufferTakenInXact(void);
-extern void BufferXactCommit(void);
-extern void BufferXactAbort(void);
-extern void BufferSubXact(bool aborted, SubTransactionId subid,
+extern bool SlotsAvailable(void);
+extern bool SlotReserve(int32 counter_id, int64 amount, bool forward);
+extern int64 SlotPending(int32 counter_id);
+extern int64 SlotTake(Oid install, int32 counter_id);
+extern int	SlotCounters(Oid install, int32 **ids);
+extern void SlotsFreeIdle(Oid install);
+extern void SlotsUsage(int *used, int *total, int64 *refused);
+extern bool SlotsTakenInXact(void);
+extern void SlotsXactCommit(void);
+extern void SlotsXactAbort(void);
+extern void SlotsSubXact(bool aborted, SubTransactionId subid,
 						  SubTransactionId parent);
-extern int64 FlushBuffered(int32 counter_id, const char *name, bool wait);
-extern void BufferFreeGoneDatabases(const Oid *existing, int n);
-extern int	BufferPinsHere(int32 *ids, int max);
-extern bool BufferLeftHere(void);
-extern void BufferReportLeft(void);
-extern int	BufferForwardCandidates(Oid install, int32 **ids);
-extern int64 BufferForwardTake(Oid install, int32 counter_id, void **slot);
-extern void BufferForwardEnd(void *slot, int64 give_back);
-extern void BufferForwardStop(Oid install, int32 counter_id);
+extern int64 BufferedFlush(int32 counter_id, const char *name, bool wait);
+extern void SlotsFreeGoneDatabases(const Oid *existing, int n);
+extern int	SlotsPinnedHere(int32 *ids, int max);
+extern bool SlotsLeftHere(void);
+extern void SlotsReportLeft(void);
+extern int	SlotsForwardCandidates(Oid install, int32 **ids);
+extern int64 SlotForwardTake(Oid install, int32 counter_id, void **slot);
+extern void SlotForwardEnd(void *slot, int64 give_back);
+extern void SlotForwardStop(Oid install, int32 counter_id);
 #define LAYOUT_UNKNOWN	PG_UINT64_MAX
+extern Size LayoutShmemSize(void);
+extern void LayoutShmemInit(void);
+extern void CounterMaintain(int32 base, int *folded, int *gathered);
 extern bool LayoutWordsAvailable(void);
 extern uint64 LayoutWord(int32 counter_id);
 extern bool LayoutSettled(uint64 word);
@@ -311,30 +318,71 @@ extern bool SharedKeptTotal(int32 counter_id, KeptTotal *total);
 extern void ShareKeptTotal(int32 counter_id, const KeptTotal *total);
 extern void ForgetSharedTotals(Oid dbid);
 
+/* registry.c: the databases with the extension, and their workers */
+#define REGISTRY_MAX_DBS	64
+#define REGISTRY_ERROR_LEN	256
+
+typedef struct RegistryDb
+{
+	Oid			dbid;			/* InvalidOid: a free entry */
+	bool		wanted;			/* has, or may have, the extension */
+	uint32		notes;			/* times a backend said it has the extension */
+	pid_t		pid;			/* its worker, or 0 */
+	bool		accepting;		/* its worker flushes what commits put in slots */
+	uint32		mc_servers;		/* hash of the memcached servers it flushes, or 0 */
+	pg_atomic_uint32 forward_news;	/* commits left 'memcached' amounts in slots */
+	Latch	   *latch;			/* its worker's, to wake it for them */
+	TimestampTz started_at;
+	TimestampTz paused_until;	/* a database command needs it gone */
+	TimestampTz last_flush_at;
+	int64		last_flush_amount;
+	int32		last_flush_counters;
+	int64		flushed_total;
+	TimestampTz last_maintain_at;
+	TimestampTz last_error_at;
+	char		last_error[REGISTRY_ERROR_LEN];
+} RegistryDb;
+
+typedef struct RegistryData
+{
+	LWLock	   *lock;
+	pid_t		launcher_pid;
+	TimestampTz launcher_started;
+	Latch	   *launcher_latch;
+	RegistryDb	dbs[REGISTRY_MAX_DBS];
+} RegistryData;
+
+extern RegistryData *RegistryShared;
+extern Size RegistryShmemSize(void);
+extern void RegistryShmemInit(void);
+extern void RegistryInit(void);
+extern RegistryDb *RegistryEntry(Oid dbid, bool make);
+extern void RegistryWakeLauncher(void);
+extern uint32 RegistryServersHash(void);
+extern void RegistryNoteDatabase(void);
+extern void RegistryNoteUse(void);
+extern void RegistryMarkWorker(void);
+extern bool RegistryIsWorker(void);
+extern bool RegistryAcceptingHere(void);
+extern void RegistryForwardNews(void);
+extern bool RegistryForwardsHere(void);
+extern bool RegistryFlushesMyMemcached(void);
+
 /* worker.c: the launcher and one worker per database */
 extern void WorkerRegister(void);
-extern Size WorkerShmemSize(void);
-extern void WorkerShmemInit(void);
 extern void WorkerUtilityInit(void);
-extern void WorkerNoteDatabase(void);
-extern void WorkerXactEnd(void);
-extern bool WorkerFlushesMyMemcached(void);
-extern bool WorkerAcceptingHere(void);
-extern bool WorkerIsMe(void);
-extern bool WorkerForwardsHere(void);
-extern void WorkerForwardNews(void);
 
 /* counter_memcached.c: write-behind through memcached (mode 'memcached') */
-extern void BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
+extern void MemcachedAfterCommit(int32 counter_id, int64 amount, int32 shard,
 							  const char *name, int64 *claim_interval);
-extern void BufferAtCommit(void);
-extern void BufferAtAbort(void);
-extern void BufferAtSubXact(bool aborted, SubTransactionId subid,
+extern void MemcachedXactCommit(void);
+extern void MemcachedXactAbort(void);
+extern void MemcachedSubXact(bool aborted, SubTransactionId subid,
 							SubTransactionId parent);
-extern bool FlushedInXact(void);
-extern int64 LeftoverAmount(int32 counter_id);
-extern void ApplyLeftovers(void);
-extern int64 FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait);
+extern bool MemcachedFlushedInXact(void);
+extern int64 MemcachedLeftover(int32 counter_id);
+extern void MemcachedApplyLeftovers(void);
+extern int64 MemcachedFlush(int32 counter_id, int32 shard, const char *name, bool wait);
 extern bool MemcachedPending(int32 counter_id, int64 *amount);
 /*
  * Sub-id of the counter object lock that the worker's forwarding and
@@ -343,7 +391,7 @@ extern bool MemcachedPending(int32 counter_id, int64 *amount);
  */
 #define FORWARD_LOCK_SUBID	1
 extern bool MemcachedStagingHere(void);
-extern int64 ForwardCounter(Oid install, int32 counter_id);
+extern int64 MemcachedForward(Oid install, int32 counter_id);
 
 /* counter_admin.c */
 extern bool InsertCounter(const char *name, int32 shards, const char *mode,
@@ -363,7 +411,6 @@ SessionNodeId(void)
 extern void NodeIdForget(void);
 extern void NodeClaimCheck(void);
 extern int32 NodeShardBase(void);
-extern bool NodeRowsAlone(void);
 extern int64 SequenceNodeValue(int64 local, const char *seqname);
 extern int64 SequenceNodeLocal(int64 value, bool above, const char *seqname,
 							   const char *what);

@@ -342,43 +342,6 @@ NodeShardBase(void)
 }
 
 /*
- * May a node-0 session trust a pinned counter's rows to be exactly shards
- * 0 .. shards-1, as the fast read does?  Not once any node has claimed an
- * id in this database: other nodes' rows may come and go.  Checked again
- * whenever configuration may have changed; a claim made here announces
- * itself (InsertClaim).
- */
-bool
-NodeRowsAlone(void)
-{
-	static uint64 checked_epoch = 0;
-	static bool alone = false;
-
-	if (SessionNodeId() != 0)
-		return false;
-	/* rows were written here from outside the engine: replication, by hand */
-	if (ForeignRowsSeen())
-		return false;
-	if (checked_epoch != ConfigEpoch)
-	{
-		alone = true;
-		if (NodeClaimsStored())
-		{
-			Relation	rel = table_open(ConfigRelid("node_claims"), AccessShareLock);
-			Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-			TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
-
-			alone = heap_getnext(scan, ForwardScanDirection) == NULL;
-			table_endscan(scan);
-			UnregisterSnapshot(snapshot);
-			table_close(rel, AccessShareLock);
-		}
-		checked_epoch = ConfigEpoch;
-	}
-	return alone;
-}
-
-/*
  * The value this session hands out for a sequence's local position.  Node 0:
  * local itself.  Node n: n * 2^53 + local, and local must lie in 0 .. 2^53-1.
  */
@@ -494,51 +457,49 @@ config_replicated(PG_FUNCTION_ARGS)
 }
 
 /*
- * Fired for every row of counter_shards written and every TRUNCATE of it,
- * and every claim changed (ENABLE ALWAYS: in logical replication's apply
- * worker too).  A shard row write marks its counter's layout word (a
- * TRUNCATE every word) before it can be seen, whoever makes it: this is
- * the net under kept totals (the rule in counter_buffer.c).  A write other
- * than the engine's own SQL (ExecShardRowsSql) also tells sessions that
- * rows may now come and go behind their back (no read from remembered
- * places any more, in this server's life when preloaded), and a changed
- * claim is checked again.
+ * A new id for a sequence or counter (as the extension owner, inside SPI).
+ * Node 0 takes the id sequence's next value k.  Node n > 0 takes n + 1024k:
+ * counter_config is replicated, so ids made by different nodes must never
+ * meet.  An id already taken (by an object made while this database was
+ * node 0, say, and replicated here) is skipped.
  */
-PG_FUNCTION_INFO_V1(rows_changed_elsewhere);
-Datum
-rows_changed_elsewhere(PG_FUNCTION_ARGS)
+int32
+NextObjectId(void)
 {
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	bool		shards;
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr taken_plan = NULL;
+	Oid			taken_types[1] = {INT4OID};
+	int32		node = SessionNodeId();
 
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("sharded_seq.rows_changed_elsewhere() must be called as a trigger"),
-				 errhint("It is fired by changes to sharded_seq.counter_shards and sharded_seq.node_claims; do not call it directly.")));
-	shards = RelationGetRelid(trigdata->tg_relation) == ConfigRelid("counter_shards");
-	if (shards)
+	if (node > 0)
+		NodeClaimCheck();
+	PreparePlan(&plan, "SELECT pg_catalog.nextval('sharded_seq.object_id_seq'::pg_catalog.regclass)", 0, NULL);
+	for (;;)
 	{
-		if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
-		{
-			bool		isnull;
-			Datum		id = heap_getattr(trigdata->tg_trigtuple, 1,
-										  RelationGetDescr(trigdata->tg_relation), &isnull);
+		bool		isnull;
+		int64		k;
+		int64		id;
+		Datum		args[1];
 
-			if (!isnull)
-				LayoutChanging(DatumGetInt32(id));
-		}
-		else
-			LayoutChangingAll();
-		if (EngineWritesShardRows())
-			return PointerGetDatum(NULL);
+		if (SPI_execute_plan(plan, NULL, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not allocate an object id");
+		k = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		id = node == 0 ? k : node + (int64) NODE_SHARDS * k;
+		if (id > PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("too many sharded sequences and counters have been created"),
+					 errhint("Identifiers are never reused; drop objects you no longer need and reuse their names.")));
+		if (node == 0)
+			return (int32) id;
+		args[0] = Int32GetDatum((int32) id);
+		PreparePlan(&taken_plan,
+					"SELECT 1 FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1"
+					" UNION ALL SELECT 1 FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1",
+					1, taken_types);
+		if (SPI_execute_plan(taken_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not check object id %d", (int32) id);
+		if (SPI_processed == 0)
+			return (int32) id;
 	}
-	else if (InSecurityRestrictedOperation() && GetUserId() == ExtensionOwner())
-	{
-		/* the engine's own claim (InsertClaim), made as the owner */
-		return PointerGetDatum(NULL);
-	}
-	NoteForeignRows();
-	CacheInvalidateRelcache(trigdata->tg_relation);
-	return PointerGetDatum(NULL);
 }

@@ -35,7 +35,7 @@ StoredMode(const char *mode)
 		/* before ALTER EXTENSION UPDATE to 1.3, 'buffered' keeps its old meaning */
 		if (!WriteBehindModesSplit())
 			return "buffered";
-		if (!BufferAvailable())
+		if (!SlotsAvailable())
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("mode 'buffered' needs sharded_seq in shared_preload_libraries"),
@@ -73,6 +73,7 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
 	int32		id = NextObjectId();
 
+	RegistryNoteUse();			/* the worker should serve this database */
 	/* schema 1.1 until ALTER EXTENSION UPDATE: its former default layout */
 	if (shards == 0 && !AdaptiveCountersStored())
 		shards = 16;
@@ -300,7 +301,7 @@ alter_counter(PG_FUNCTION_ARGS)
 		if (leaves_memcached)
 			LockCounterCommits(row.id);
 		if (leaves_memcached && McEnabled() &&
-			FlushCounter(row.id, 0, name, true) < 0)
+			MemcachedFlush(row.id, 0, name, true) < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not flush counter \"%s\" before leaving mode 'memcached'", name),
@@ -470,7 +471,7 @@ counter_pending(PG_FUNCTION_ARGS)
 	if (FetchCounterConfig(NULL, id, &row) && row.mode == MODE_MEMCACHED &&
 		!MemcachedPending(id, &amount))
 		PG_RETURN_NULL();
-	PG_RETURN_INT64(amount + BufferPending(id));
+	PG_RETURN_INT64(amount + SlotPending(id));
 }
 
 /* (used, total, refused) of the shared-memory slot table */
@@ -487,7 +488,7 @@ buffered_slots(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	BufferSlotUsage(&used, &total, &refused);
+	SlotsUsage(&used, &total, &refused);
 	values[0] = Int32GetDatum(used);
 	values[1] = Int32GetDatum(total);
 	values[2] = Int64GetDatum(refused);
@@ -511,7 +512,7 @@ flush_counters(PG_FUNCTION_ARGS)
 	uint64		n;
 
 	PreventCommandIfReadOnly("sharded_seq.flush_counters()");
-	if (!McEnabled() && !BufferAvailable())
+	if (!McEnabled() && !SlotsAvailable())
 		PG_RETURN_INT32(0);
 	BeginAsOwner(&ctx);
 	PreparePlan(&plan,
@@ -540,9 +541,9 @@ flush_counters(PG_FUNCTION_ARGS)
 		 * waits while holding it.
 		 */
 		LockDatabaseObject(ConfigRelid("counter_config"), id, FORWARD_LOCK_SUBID, ShareLock);
-		moved = FlushBuffered(id, name, true);
+		moved = BufferedFlush(id, name, true);
 		if (McEnabled())
-			moved += Max(FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, true), 0);
+			moved += Max(MemcachedFlush(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, true), 0);
 		UnlockDatabaseObject(ConfigRelid("counter_config"), id, FORWARD_LOCK_SUBID, ShareLock);
 		if (moved > 0)
 			flushed++;

@@ -356,6 +356,7 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 							 name)));
 		ReportNotFound(KIND_COUNTER, name);
 	}
+	RegistryNoteUse();			/* the worker should serve this database */
 	return entry;
 }
 
@@ -464,7 +465,7 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 	entry = CurrentEntry(item);
 	if (entry == NULL || entry->mode != MODE_MEMCACHED)
 		return false;
-	BufferAfterCommit(item->counter_id, amount, pc->shard, pc->name,
+	MemcachedAfterCommit(item->counter_id, amount, pc->shard, pc->name,
 					  &entry->claim_interval);
 	return true;
 }
@@ -483,7 +484,7 @@ ApplyPending(bool preparing)
 	long		n = 0;
 	Oid			install;
 
-	if (preparing && (FlushedInXact() || BufferTakenInXact()))
+	if (preparing && (MemcachedFlushedInXact() || SlotsTakenInXact()))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot PREPARE a transaction that has flushed buffered counters"),
@@ -539,18 +540,18 @@ ApplyPending(bool preparing)
 			CounterEntry *entry = CurrentEntry(item);
 
 			if (entry != NULL && entry->mode == MODE_BUFFERED &&
-				BufferReserve(item->counter_id, amount, false))
+				SlotReserve(item->counter_id, amount, false))
 				continue;
 			/* the worker forwards it to memcached, many commits in one request */
 			if (entry != NULL && entry->mode == MODE_MEMCACHED && (uint64) amount <= MC_MAX_DELTA &&
-				MemcachedStagingHere() && BufferReserve(item->counter_id, amount, true))
+				MemcachedStagingHere() && SlotReserve(item->counter_id, amount, true))
 				continue;
 		}
 		if (!TryBuffer(item, amount, preparing))
 			ApplyToRows(item, amount);
 	}
 	if (!preparing)
-		ApplyLeftovers();
+		MemcachedApplyLeftovers();
 	ClearPending();
 }
 
@@ -570,26 +571,23 @@ CounterXactCallback(XactEvent event, void *arg)
 			ClearPending();		/* its frames go with TopTransactionContext */
 			Dropped = NULL;
 			LayoutXactEnd();
-			BufferXactCommit();
-			BufferAtCommit();
-			WorkerXactEnd();
+			SlotsXactCommit();
+			MemcachedXactCommit();
 			break;
 		case XACT_EVENT_PREPARE:
 			ClearPending();
 			Dropped = NULL;
 			LayoutXactEnd();
-			BufferXactCommit();	/* nothing was reserved or taken */
-			BufferAtCommit();	/* nothing was buffered: only leftovers are kept */
-			WorkerXactEnd();
+			SlotsXactCommit();	/* nothing was reserved or taken */
+			MemcachedXactCommit();	/* nothing was buffered: only leftovers are kept */
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			ClearPending();
 			Dropped = NULL;
 			LayoutXactEnd();
-			BufferXactAbort();
-			BufferAtAbort();
-			WorkerXactEnd();
+			SlotsXactAbort();
+			MemcachedXactAbort();
 			break;
 		default:
 			break;
@@ -607,8 +605,8 @@ CounterSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 
 	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
 		return;
-	BufferAtSubXact(event == SUBXACT_EVENT_ABORT_SUB, mySubid, parentSubid);
-	BufferSubXact(event == SUBXACT_EVENT_ABORT_SUB, mySubid, parentSubid);
+	MemcachedSubXact(event == SUBXACT_EVENT_ABORT_SUB, mySubid, parentSubid);
+	SlotsSubXact(event == SUBXACT_EVENT_ABORT_SUB, mySubid, parentSubid);
 
 	link = &Dropped;
 	while (*link)
@@ -678,9 +676,9 @@ VisibleTotal(CounterEntry *entry, int64 delta, bool read_memcached,
 		total += waiting;
 
 	/* any mode: a slot outlives a switch away from 'buffered' until flushed */
-	total += BufferPending(entry->id);
+	total += SlotPending(entry->id);
 	/* committed here, but neither in memcached nor in the rows yet */
-	total += LeftoverAmount(entry->id);
+	total += MemcachedLeftover(entry->id);
 
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		ereport(ERROR,

@@ -1,8 +1,8 @@
 /*
- * counter_maintain.c
- *	  sharded_seq.maintain(): folds the idle rows of adaptive counters back,
- *	  gathers counters whose rows have spread over many pages, and reaps the
- *	  native sequences of retired sequence generations.
+ * maintain.c
+ *	  The counter part of sharded_seq.maintain() (src/worker/maintain.c):
+ *	  folds the idle rows of adaptive counters back, and gathers counters
+ *	  whose rows have spread over many pages.
  *
  * Each counter is handled in a subtransaction of its own, with no waiting:
  * a counter with a row held or changed meanwhile is left for the next run.
@@ -137,41 +137,23 @@ RecordFoldPass(void)
 		elog(ERROR, "could not update sharded_seq.maintenance");
 }
 
-PG_FUNCTION_INFO_V1(maintain);
-Datum
-maintain(PG_FUNCTION_ARGS)
+/*
+ * maintain()'s counter part (src/worker/maintain.c), with the maintenance
+ * lock held: folds and gathers this node's rows, whose shards start at base.
+ */
+void
+CounterMaintain(int32 base, int *folded, int *gathered)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 	OwnerContext ctx;
-	TupleDesc	desc;
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
 	Candidate  *list;
 	int			n;
 	bool		fold;
 	TransactionId idle_before = InvalidTransactionId;
-	int			folded = 0;
-	int			gathered = 0;
-	int			reaped;
-	int32		base;
 
-	PreventCommandIfReadOnly("sharded_seq.maintain()");
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "maintain() must return a record");
-
-	/* this node's rows only; a node whose claim is not ours does nothing */
-	base = NodeShardBase();
-
-	/* one maintain() at a time; another one running does the work */
-	if (!ConditionalLockDatabaseObject(ConfigRelid("maintenance"), 0, 0, ExclusiveLock))
-	{
-		values[0] = values[1] = values[2] = Int32GetDatum(0);
-		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
-	}
-
+	*folded = *gathered = 0;
 	BeginAsOwner(&ctx);
-	reaped = ReapShards();
 	fold = FoldPassDue(&idle_before);
 	list = ListCandidates(cxt, base, &n);
 	EndAsOwner(&ctx);
@@ -192,8 +174,8 @@ maintain(PG_FUNCTION_ARGS)
 			ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
-		folded += (r == MAINTAIN_FOLDED);
-		gathered += (r == MAINTAIN_GATHERED);
+		*folded += (r == MAINTAIN_FOLDED);
+		*gathered += (r == MAINTAIN_GATHERED);
 	}
 
 	if (fold)
@@ -202,9 +184,4 @@ maintain(PG_FUNCTION_ARGS)
 		RecordFoldPass();
 		EndAsOwner(&ctx);
 	}
-
-	values[0] = Int32GetDatum(folded);
-	values[1] = Int32GetDatum(gathered);
-	values[2] = Int32GetDatum(reaped);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }

@@ -236,7 +236,7 @@ DeliverOrKeep(Amount *a, bool count_hit)
  * also flushes the counter, in this transaction.
  */
 void
-BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
+MemcachedAfterCommit(int32 counter_id, int64 amount, int32 shard,
 				  const char *name, int64 *claim_interval)
 {
 	Amount	   *a;
@@ -252,12 +252,12 @@ BufferAfterCommit(int32 counter_id, int64 amount, int32 shard,
 	 * each backend asks once per interval, and memcached's add picks one
 	 * asker to flush.
 	 */
-	if (*claim_interval != interval && !WorkerFlushesMyMemcached())
+	if (*claim_interval != interval && !RegistryFlushesMyMemcached())
 	{
 		*claim_interval = interval;
 		if (McAdd(McKey("ctr:%d:flush:" INT64_FORMAT, counter_id, interval), 1,
 				  CounterFlushInterval * 2) == MC_OK)
-			(void) FlushCounter(counter_id, shard, name, false);
+			(void) MemcachedFlush(counter_id, shard, name, false);
 	}
 }
 
@@ -309,7 +309,7 @@ ShrinkAmounts(void)
 
 /* After commit (or PREPARE): deliver, and settle what this transaction took. */
 void
-BufferAtCommit(void)
+MemcachedXactCommit(void)
 {
 	Amount	  **link = &Leftovers;
 
@@ -350,7 +350,7 @@ GiveBackNow(Amount *gb)
 }
 
 void
-BufferAtAbort(void)
+MemcachedXactAbort(void)
 {
 	while (AfterCommits)
 	{
@@ -373,7 +373,7 @@ BufferAtAbort(void)
 
 /* A rolled-back savepoint gives back what its flushes took. */
 void
-BufferAtSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
+MemcachedSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
 {
 	Amount	  **link = &GiveBacks;
 
@@ -397,7 +397,7 @@ BufferAtSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
 }
 
 bool
-FlushedInXact(void)
+MemcachedFlushedInXact(void)
 {
 	return GiveBacks != NULL;
 }
@@ -437,7 +437,7 @@ ForgetOtherInstallations(Oid install)
 
 /* This backend's leftovers of a counter, not yet in the rows: its reads count them. */
 int64
-LeftoverAmount(int32 counter_id)
+MemcachedLeftover(int32 counter_id)
 {
 	int64		n = 0;
 	Oid			install;
@@ -482,7 +482,7 @@ WriteLeftover(Amount *lo)
  * the leftovers whose rows are free.  The rest wait for a later commit.
  */
 void
-ApplyLeftovers(void)
+MemcachedApplyLeftovers(void)
 {
 	Oid			install;
 
@@ -578,7 +578,7 @@ EnsureExitCallback(void)
  * amount moved, or -1 if nothing could safely be moved.
  */
 int64
-FlushCounter(int32 counter_id, int32 shard, const char *name, bool wait)
+MemcachedFlush(int32 counter_id, int32 shard, const char *name, bool wait)
 {
 	LOCKTAG		tag;
 	char	   *key = pstrdup(PendingKeyName(counter_id));
@@ -682,7 +682,7 @@ bool
 MemcachedStagingHere(void)
 {
 	return MemcachedBatchDelay > 0 && McEnabled() && !McRecentlyDown() &&
-		WorkerForwardsHere();
+		RegistryForwardsHere();
 }
 
 /*
@@ -692,11 +692,11 @@ MemcachedStagingHere(void)
  * took goes back to the slot, for the rows.  Returns the amount forwarded.
  */
 int64
-ForwardCounter(Oid install, int32 counter_id)
+MemcachedForward(Oid install, int32 counter_id)
 {
 	Amount	   *a = NewAmount(counter_id, 0, "", 0);
 	void	   *slot;
-	int64		amount = BufferForwardTake(install, counter_id, &slot);
+	int64		amount = SlotForwardTake(install, counter_id, &slot);
 	McResult	r;
 
 	if (amount == 0)
@@ -708,14 +708,14 @@ ForwardCounter(Oid install, int32 counter_id)
 	r = Deliver(a);
 	if (r == MC_DOWN)
 	{
-		BufferForwardEnd(slot, amount);
+		SlotForwardEnd(slot, amount);
 		pfree(a);
 		return 0;
 	}
-	BufferForwardEnd(slot, amount - (int64) a->amount);
+	SlotForwardEnd(slot, amount - (int64) a->amount);
 	/* more than one request can carry: the rest goes at the next forward */
 	if (amount > (int64) a->amount)
-		WorkerForwardNews();
+		RegistryForwardNews();
 	amount = (int64) a->amount;
 	pfree(a);
 	/* as after a commit: an unknown outcome is not sent twice */

@@ -23,6 +23,10 @@
 #include "access/skey.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "utils/inval.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "common/int.h"
@@ -39,6 +43,8 @@
 #include "utils/snapmgr.h"
 
 #include "common/common.h"
+
+static bool NodeRowsAlone(void);
 
 
 #define Anum_shard_counter_id	1
@@ -1268,4 +1274,91 @@ bool
 EngineWritesShardRows(void)
 {
 	return EngineSqlWriting;
+}
+
+/*
+ * May a node-0 session trust a pinned counter's rows to be exactly shards
+ * 0 .. shards-1, as the fast read does?  Not once any node has claimed an
+ * id in this database: other nodes' rows may come and go.  Checked again
+ * whenever configuration may have changed; a claim made here announces
+ * itself (InsertClaim).
+ */
+static bool
+NodeRowsAlone(void)
+{
+	static uint64 checked_epoch = 0;
+	static bool alone = false;
+
+	if (SessionNodeId() != 0)
+		return false;
+	/* rows were written here from outside the engine: replication, by hand */
+	if (ForeignRowsSeen())
+		return false;
+	if (checked_epoch != ConfigEpoch)
+	{
+		alone = true;
+		if (NodeClaimsStored())
+		{
+			Relation	rel = table_open(ConfigRelid("node_claims"), AccessShareLock);
+			Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+			TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
+
+			alone = heap_getnext(scan, ForwardScanDirection) == NULL;
+			table_endscan(scan);
+			UnregisterSnapshot(snapshot);
+			table_close(rel, AccessShareLock);
+		}
+		checked_epoch = ConfigEpoch;
+	}
+	return alone;
+}
+
+/*
+ * Fired for every row of counter_shards written and every TRUNCATE of it,
+ * and every claim changed (ENABLE ALWAYS: in logical replication's apply
+ * worker too).  A shard row write marks its counter's layout word (a
+ * TRUNCATE every word) before it can be seen, whoever makes it: this is
+ * the net under kept totals (the rule in layout.c).  A write other
+ * than the engine's own SQL (ExecShardRowsSql) also tells sessions that
+ * rows may now come and go behind their back (no read from remembered
+ * places any more, in this server's life when preloaded), and a changed
+ * claim is checked again.
+ */
+PG_FUNCTION_INFO_V1(rows_changed_elsewhere);
+Datum
+rows_changed_elsewhere(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	bool		shards;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("sharded_seq.rows_changed_elsewhere() must be called as a trigger"),
+				 errhint("It is fired by changes to sharded_seq.counter_shards and sharded_seq.node_claims; do not call it directly.")));
+	shards = RelationGetRelid(trigdata->tg_relation) == ConfigRelid("counter_shards");
+	if (shards)
+	{
+		if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		{
+			bool		isnull;
+			Datum		id = heap_getattr(trigdata->tg_trigtuple, 1,
+										  RelationGetDescr(trigdata->tg_relation), &isnull);
+
+			if (!isnull)
+				LayoutChanging(DatumGetInt32(id));
+		}
+		else
+			LayoutChangingAll();
+		if (EngineWritesShardRows())
+			return PointerGetDatum(NULL);
+	}
+	else if (InSecurityRestrictedOperation() && GetUserId() == ExtensionOwner())
+	{
+		/* the engine's own claim (InsertClaim), made as the owner */
+		return PointerGetDatum(NULL);
+	}
+	NoteForeignRows();
+	CacheInvalidateRelcache(trigdata->tg_relation);
+	return PointerGetDatum(NULL);
 }

@@ -63,30 +63,12 @@ typedef struct BufferSlot
 StaticAssertDecl(sizeof(BufferSlot) == PG_CACHE_LINE_SIZE,
 				 "a buffer slot fills one cache line");
 
-/*
- * Layout words: for each bucket of counters, a change count (high bits) and
- * the transactions changing a layout now (low bits).  A transaction that
- * inserts or deletes shard rows adds to both before it does, and at its end
- * adds to the count and takes itself out.  A reader that saw a settled word
- * (nobody changing) and then took a snapshot has every row; while the word
- * stays the same, remembered rows are still all the rows.  A prepared
- * transaction takes itself out at PREPARE: its changes stay invisible (its
- * xid is still running) until COMMIT PREPARED, which marks every word.
- */
-#define LAYOUT_BUCKETS		4096
-#define LAYOUT_CHANGING_BITS 20
-#define LAYOUT_CHANGING_MASK ((UINT64CONST(1) << LAYOUT_CHANGING_BITS) - 1)
-#define LAYOUT_COUNT_ONE	(UINT64CONST(1) << LAYOUT_CHANGING_BITS)
-
 typedef struct BufferShared
 {
 	LWLock	   *lock;			/* claims and frees */
 	int			nslots;
 	pg_atomic_uint64 refused;	/* commits that found the table full */
 	int			used;			/* slots in use; under the lock */
-	pg_atomic_uint32 foreign_rows;	/* shard rows were written outside the engine */
-	pg_atomic_uint64 net_epoch;	/* moved by anything that may hide a row write */
-	pg_atomic_uint64 layout[LAYOUT_BUCKETS];
 	BufferSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } BufferShared;
 
@@ -153,11 +135,7 @@ SlotsShmemInit(void)
 		Shared->lock = &(GetNamedLWLockTranche("sharded_seq buffered"))->lock;
 		Shared->nslots = BufferedSlots;
 		Shared->used = 0;
-		pg_atomic_init_u32(&Shared->foreign_rows, 0);
-		pg_atomic_init_u64(&Shared->net_epoch, 0);
 		pg_atomic_init_u64(&Shared->refused, 0);
-		for (int i = 0; i < LAYOUT_BUCKETS; i++)
-			pg_atomic_init_u64(&Shared->layout[i], 0);
 		for (int i = 0; i < BufferedSlots; i++)
 		{
 			BufferSlot *s = &Shared->slots[i];
@@ -175,7 +153,7 @@ SlotsShmemInit(void)
 }
 
 bool
-BufferAvailable(void)
+SlotsAvailable(void)
 {
 	return Shared != NULL;
 }
@@ -311,7 +289,7 @@ Unpin(BufferSlot *s)
  * shared memory, the table is full, or the slot could overflow.
  */
 bool
-BufferReserve(int32 counter_id, int64 amount, bool forward)
+SlotReserve(int32 counter_id, int64 amount, bool forward)
 {
 	BufferSlot *s;
 	ToAdd	   *a;
@@ -319,7 +297,7 @@ BufferReserve(int32 counter_id, int64 amount, bool forward)
 	if (Shared == NULL || amount <= 0)
 		return false;
 	/* without a worker to flush it, an amount would wait here unseen */
-	if (!WorkerAcceptingHere())
+	if (!RegistryAcceptingHere())
 		return false;
 	/* allocate first: nothing may fail once the slot is pinned */
 	a = NewListNode(sizeof(ToAdd));
@@ -334,7 +312,7 @@ BufferReserve(int32 counter_id, int64 amount, bool forward)
 	 * taking amounts before this look waits for the pin; one that stops
 	 * after it has already made its last flush, so the rows take this one.
 	 */
-	if (!WorkerAcceptingHere())
+	if (!RegistryAcceptingHere())
 	{
 		Unpin(s);
 		pfree(a);
@@ -361,7 +339,7 @@ BufferReserve(int32 counter_id, int64 amount, bool forward)
 
 /* Committed amounts not yet in the rows: 0 without a slot. */
 int64
-BufferPending(int32 counter_id)
+SlotPending(int32 counter_id)
 {
 	BufferSlot *s;
 	uint64		v;
@@ -382,7 +360,7 @@ BufferPending(int32 counter_id)
  * amount is taken.
  */
 int64
-BufferTake(Oid install, int32 counter_id)
+SlotTake(Oid install, int32 counter_id)
 {
 	BufferSlot *s;
 	Taken	   *t;
@@ -403,7 +381,7 @@ BufferTake(Oid install, int32 counter_id)
 	 * worker stops, an amount taken here and given back by a rollback would
 	 * come after its last flush.  The worker's last flush takes it instead.
 	 */
-	if (!WorkerIsMe() && !WorkerAcceptingHere())
+	if (!RegistryIsWorker() && !RegistryAcceptingHere())
 	{
 		Unpin(s);
 		pfree(t);
@@ -429,7 +407,7 @@ BufferTake(Oid install, int32 counter_id)
  * amount waiting, if forwarding): palloc'd ids.
  */
 static int
-SlotCounters(Oid install, bool forwarding, int32 **ids)
+ListSlotCounters(Oid install, bool forwarding, int32 **ids)
 {
 	int			n = 0;
 
@@ -453,27 +431,27 @@ SlotCounters(Oid install, bool forwarding, int32 **ids)
 
 /* For a flush: every counter of this database with a slot. */
 int
-BufferCounters(Oid install, int32 **ids)
+SlotCounters(Oid install, int32 **ids)
 {
-	return SlotCounters(install, false, ids);
+	return ListSlotCounters(install, false, ids);
 }
 
 /* ---- forwarding 'memcached' amounts (the worker's) ---- */
 
 /* For forwarding: counters of this database with a 'memcached' amount waiting. */
 int
-BufferForwardCandidates(Oid install, int32 **ids)
+SlotsForwardCandidates(Oid install, int32 **ids)
 {
-	return SlotCounters(install, true, ids);
+	return ListSlotCounters(install, true, ids);
 }
 
 /*
  * Take a counter's whole amount to forward it; the slot stays pinned until
- * BufferForwardEnd, which gives back what could not be forwarded.  Returns
+ * SlotForwardEnd, which gives back what could not be forwarded.  Returns
  * 0 (and no slot) if there is nothing.  Cannot fail.
  */
 int64
-BufferForwardTake(Oid install, int32 counter_id, void **slot)
+SlotForwardTake(Oid install, int32 counter_id, void **slot)
 {
 	BufferSlot *s = PinSlot(install, counter_id, false);
 	uint64		amount;
@@ -492,7 +470,7 @@ BufferForwardTake(Oid install, int32 counter_id, void **slot)
 }
 
 void
-BufferForwardEnd(void *slot, int64 give_back)
+SlotForwardEnd(void *slot, int64 give_back)
 {
 	BufferSlot *s = (BufferSlot *) slot;
 
@@ -503,7 +481,7 @@ BufferForwardEnd(void *slot, int64 give_back)
 
 /* The counter left mode 'memcached': its amount goes to the rows now. */
 void
-BufferForwardStop(Oid install, int32 counter_id)
+SlotForwardStop(Oid install, int32 counter_id)
 {
 	BufferSlot *s = PinSlot(install, counter_id, false);
 
@@ -595,7 +573,7 @@ ClearTombstones(void)
  * held.  Only the database's worker calls this.
  */
 void
-BufferFreeIdle(Oid install)
+SlotsFreeIdle(Oid install)
 {
 	if (Shared == NULL)
 		return;
@@ -622,7 +600,7 @@ BufferFreeIdle(Oid install)
 
 /* The launcher: free the slots of databases that no longer exist. */
 void
-BufferFreeGoneDatabases(const Oid *existing, int n)
+SlotsFreeGoneDatabases(const Oid *existing, int n)
 {
 	if (Shared == NULL)
 		return;
@@ -648,7 +626,7 @@ BufferFreeGoneDatabases(const Oid *existing, int n)
  * flush holding their amount: how many, and the first max counter ids.
  */
 int
-BufferPinsHere(int32 *ids, int max)
+SlotsPinnedHere(int32 *ids, int max)
 {
 	int			n = 0;
 
@@ -670,7 +648,7 @@ BufferPinsHere(int32 *ids, int max)
 
 /* Does a slot of this database still hold an amount? */
 bool
-BufferLeftHere(void)
+SlotsLeftHere(void)
 {
 	if (Shared == NULL)
 		return false;
@@ -686,7 +664,7 @@ BufferLeftHere(void)
 
 /* After the worker's last flush: log what could not be moved (rows held). */
 void
-BufferReportLeft(void)
+SlotsReportLeft(void)
 {
 	if (Shared == NULL)
 		return;
@@ -708,7 +686,7 @@ BufferReportLeft(void)
 
 /* Slots in use, in all, and commits refused for want of one. */
 void
-BufferSlotUsage(int *used, int *total, int64 *refused)
+SlotsUsage(int *used, int *total, int64 *refused)
 {
 	*used = *total = 0;
 	*refused = 0;
@@ -722,7 +700,7 @@ BufferSlotUsage(int *used, int *total, int64 *refused)
 }
 
 bool
-BufferTakenInXact(void)
+SlotsTakenInXact(void)
 {
 	return TakenList != NULL;
 }
@@ -739,7 +717,7 @@ ShrinkLists(void)
 }
 
 void
-BufferXactCommit(void)
+SlotsXactCommit(void)
 {
 	while (AddList)
 	{
@@ -749,7 +727,7 @@ BufferXactCommit(void)
 		pg_atomic_fetch_add_u64(&a->slot->pending, a->amount);
 		/* after the add: a forwarding that clears the news then sees it */
 		if (a->forward)
-			WorkerForwardNews();
+			RegistryForwardNews();
 		Unpin(a->slot);
 		pfree(a);
 	}
@@ -765,7 +743,7 @@ BufferXactCommit(void)
 }
 
 void
-BufferXactAbort(void)
+SlotsXactAbort(void)
 {
 	while (AddList)
 	{
@@ -788,7 +766,7 @@ BufferXactAbort(void)
 }
 
 void
-BufferSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
+SlotsSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
 {
 	Taken	  **link = &TakenList;
 
@@ -811,244 +789,4 @@ BufferSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
 			link = &t->next;
 		}
 	}
-}
-
-/*
- * Move a counter's shared-memory amount into its rows, in this transaction;
- * given back if it rolls back.  Without wait, a counter whose rows are all
- * held gets its amount back at once and -1 is returned.  Returns the amount
- * moved.
- */
-int64
-FlushBuffered(int32 counter_id, const char *name, bool wait)
-{
-	int64		amount = BufferTake(ConfigRelid("counter_config"), counter_id);
-	int32		shard = (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS);
-	bool		gone = false;
-
-	if (amount == 0)
-		return 0;
-	/* see rows this command already changed (a flush of both kinds, say) */
-	CommandCounterIncrement();
-	if (wait)
-		gone = !CounterApply(counter_id, shard, amount, name, NULL, 0);
-	else
-	{
-		switch (CounterTryApply(counter_id, shard, amount))
-		{
-			case APPLY_DONE:
-				gone = false;
-				break;
-			case APPLY_GONE:
-				gone = true;
-				break;
-			case APPLY_FULL:
-				ereport(ERROR,
-						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-						 errmsg("counter \"%s\" would overflow bigint", name),
-						 errhint("Its amount stays in shared memory.  Bring its total down with a negative increment.")));
-				break;
-			case APPLY_BUSY:
-				/* the caller rolls back its subtransaction, which gives it back */
-				return -1;
-		}
-	}
-	if (gone)
-	{
-		/* the counter is gone: what it held belongs to nothing now */
-		ereport(LOG,
-				(errmsg("sharded_seq: " INT64_FORMAT " committed increments of counter \"%s\" will not be counted: the counter was dropped",
-						amount, name)));
-		return 0;
-	}
-	StatsCount(KIND_COUNTER, counter_id, STAT_FLUSHES, 1);
-	return amount;
-}
-
-/* ---- layout words ---- */
-
-/*
- * The rule kept totals stand on (counter_shards.c: KeepRows, TotalHolds):
- * every write of a counter's shard rows marks its layout word before the
- * write can be seen, and keeps it "changing" until the writing transaction
- * has ended.  A kept total holds only while its word has not moved.
- *
- * Writers, and how each marks:
- *   - the engine's heap writes (counter_shards.c) and its SQL writes
- *     (ExecShardRowsSql): LayoutChanging(counter) first;
- *   - every other row write (by hand, logical replication's apply worker, a
- *     data-only restore, an owner's function run by REFRESH or an index
- *     expression): the ALWAYS trigger rows_changed_elsewhere marks the row's
- *     counter, TRUNCATE every counter (node.c);
- *   - COMMIT/ROLLBACK PREPARED: every word (worker.c's utility hook), since
- *     the words of a prepared transaction from before a restart are gone.
- * What can hide a write from those marks is a command on the shard table
- * (DISABLE TRIGGER, DROP TRIGGER, TRUNCATE, VACUUM FULL, CLUSTER, ALTER
- * EXTENSION UPDATE; a data-only restore disables the triggers): worker.c's
- * utility hook marks every word before such a command runs, "changing"
- * until its transaction ends (ChangesShardTable, catalog.c), and
- * LayoutChangingAll moves net_epoch.  KeepRows keeps nothing unless the
- * trigger is in place as a snapshot taken after the epoch was read sees it
- * (ShardsNetHolds, counter_shards.c).  Not covered: a superuser's DML on
- * pg_trigger itself, which no command announces.
- * Exceptions, where no total is kept at all: no shared memory (not
- * preloaded), a standby (replay marks nothing), SERIALIZABLE, a node id or
- * another node's rows, foreign rows written (NoteForeignRows).
- */
-
-/*
- * Buckets this transaction marked changing, in TopMemoryContext.  Kept for
- * the next transaction up to CHANGING_KEEP; a larger array (LayoutChangingAll
- * lists every bucket) is freed when its transaction ends.
- */
-static pg_atomic_uint64 **Changing = NULL;
-static int	NChanging = 0;
-static int	ChangingSize = 0;
-static bool ChangingAll = false;	/* every bucket: moves net_epoch at the end */
-
-#define CHANGING_KEEP 64
-
-static pg_atomic_uint64 *
-LayoutBucket(int32 counter_id)
-{
-	uint32		h = SlotHash(MyDatabaseId, ConfigRelid("counter_config"), counter_id);
-
-	return &Shared->layout[h % LAYOUT_BUCKETS];
-}
-
-/*
- * Are there layout words to keep totals by?  Not without shared memory, nor
- * on a standby: WAL replay changes rows without marking any word.
- */
-bool
-LayoutWordsAvailable(void)
-{
-	return Shared != NULL && !RecoveryInProgress();
-}
-
-/* The counter's layout word, or LAYOUT_UNKNOWN where there are none. */
-uint64
-LayoutWord(int32 counter_id)
-{
-	if (!LayoutWordsAvailable())
-		return LAYOUT_UNKNOWN;
-	return pg_atomic_read_u64(LayoutBucket(counter_id));
-}
-
-/* Is nobody changing the layouts of that word's counters? */
-bool
-LayoutSettled(uint64 word)
-{
-	return word != LAYOUT_UNKNOWN && (word & LAYOUT_CHANGING_MASK) == 0;
-}
-
-/* Before inserting or deleting a counter's shard rows in this transaction. */
-void
-LayoutChanging(int32 counter_id)
-{
-	pg_atomic_uint64 *bucket;
-
-	if (Shared == NULL)
-		return;
-	bucket = LayoutBucket(counter_id);
-	for (int i = 0; i < NChanging; i++)
-		if (Changing[i] == bucket)
-			return;
-	/* room first: the end of the transaction must find every bucket */
-	if (NChanging == ChangingSize)
-	{
-		int			size = Max(16, ChangingSize * 2);
-
-		Changing = Changing
-			? repalloc(Changing, size * sizeof(pg_atomic_uint64 *))
-			: MemoryContextAlloc(TopMemoryContext, size * sizeof(pg_atomic_uint64 *));
-		ChangingSize = size;
-	}
-	Changing[NChanging++] = bucket;
-	pg_atomic_fetch_add_u64(bucket, LAYOUT_COUNT_ONE + 1);
-}
-
-/*
- * Mark every word changing until this transaction ends, as a change to
- * every counter would: before COMMIT PREPARED or ROLLBACK PREPARED (the
- * prepared transaction may come from before a restart, when no word knew of
- * it), and when this transaction changes what the shard table is (see the
- * rule above).
- */
-void
-LayoutChangingAll(void)
-{
-	if (Shared == NULL)
-		return;
-	if (ChangingSize < NChanging + LAYOUT_BUCKETS)
-	{
-		int			size = NChanging + LAYOUT_BUCKETS;
-
-		Changing = Changing
-			? repalloc(Changing, size * sizeof(pg_atomic_uint64 *))
-			: MemoryContextAlloc(TopMemoryContext, size * sizeof(pg_atomic_uint64 *));
-		ChangingSize = size;
-	}
-	if (!ChangingAll)
-	{
-		for (int i = 0; i < LAYOUT_BUCKETS; i++)
-		{
-			bool		listed = false;
-
-			for (int j = 0; j < NChanging && !listed; j++)
-				listed = Changing[j] == &Shared->layout[i];
-			if (listed)
-				continue;
-			Changing[NChanging++] = &Shared->layout[i];
-			pg_atomic_fetch_add_u64(&Shared->layout[i], LAYOUT_COUNT_ONE + 1);
-		}
-		ChangingAll = true;
-	}
-	pg_atomic_fetch_add_u64(&Shared->net_epoch, 1);
-}
-
-/* At the end of the transaction (after its commit is visible), or at PREPARE. */
-void
-LayoutXactEnd(void)
-{
-	for (int i = 0; i < NChanging; i++)
-		pg_atomic_fetch_add_u64(Changing[i], LAYOUT_COUNT_ONE - 1);
-	NChanging = 0;
-	if (ChangingAll)
-		pg_atomic_fetch_add_u64(&Shared->net_epoch, 1);
-	ChangingAll = false;
-	if (ChangingSize > CHANGING_KEEP)
-	{
-		pfree(Changing);
-		Changing = NULL;
-		ChangingSize = 0;
-	}
-}
-
-/* What ShardsNetHolds' answer is good for; read before the word. */
-uint64
-ShardsNetEpoch(void)
-{
-	if (Shared == NULL)
-		return 0;
-	return pg_atomic_read_u64(&Shared->net_epoch);
-}
-
-/*
- * Rows of counter_shards written outside the engine (replication, by hand):
- * remembered row places are no longer trusted, for the server's life.  Set
- * before such a change can be seen; without shared memory, each session
- * relies on the relcache invalidation that comes with it.
- */
-void
-NoteForeignRows(void)
-{
-	if (Shared != NULL)
-		pg_atomic_write_u32(&Shared->foreign_rows, 1);
-}
-
-bool
-ForeignRowsSeen(void)
-{
-	return Shared != NULL && pg_atomic_read_u32(&Shared->foreign_rows) != 0;
 }

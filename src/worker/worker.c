@@ -53,245 +53,18 @@
 
 #include "common/common.h"
 
-#define MAX_WORKER_DBS		64
-#define ERROR_LEN			256
 #define RESTART_DELAY_MS	1000
 #define PAUSE_MS			60000	/* longest a database command keeps it away */
 #define SHUTDOWN_FIRST_LOG_MS 2000	/* waiting for pinned slots: say so after */
 #define SHUTDOWN_LOG_MS		5000	/* and again every */
 #define SHUTDOWN_RETRY_MS	5000	/* rows held at the last flush: try again for */
 
-typedef struct WorkerDb
-{
-	Oid			dbid;			/* InvalidOid: a free entry */
-	bool		wanted;			/* has, or may have, the extension */
-	uint32		notes;			/* times a backend said it has the extension */
-	pid_t		pid;			/* its worker, or 0 */
-	bool		accepting;		/* its worker flushes what commits put in slots */
-	uint32		mc_servers;		/* hash of the memcached servers it flushes, or 0 */
-	pg_atomic_uint32 forward_news;	/* commits left 'memcached' amounts in slots */
-	Latch	   *latch;			/* its worker's, to wake it for them */
-	TimestampTz started_at;
-	TimestampTz paused_until;	/* a database command needs it gone */
-	TimestampTz last_flush_at;
-	int64		last_flush_amount;
-	int32		last_flush_counters;
-	int64		flushed_total;
-	TimestampTz last_maintain_at;
-	TimestampTz last_error_at;
-	char		last_error[ERROR_LEN];
-} WorkerDb;
-
-typedef struct WorkerShared
-{
-	LWLock	   *lock;
-	pid_t		launcher_pid;
-	TimestampTz launcher_started;
-	Latch	   *launcher_latch;
-	WorkerDb	dbs[MAX_WORKER_DBS];
-} WorkerShared;
-
-static WorkerShared *Shared = NULL;
 static ProcessUtility_hook_type prev_utility_hook = NULL;
 static volatile sig_atomic_t got_sigterm = false;
 
 PGDLLEXPORT void sharded_seq_launcher_main(Datum arg);
 PGDLLEXPORT void sharded_seq_worker_main(Datum arg);
 
-/* ---- shared memory ---- */
-
-Size
-WorkerShmemSize(void)
-{
-	return sizeof(WorkerShared);
-}
-
-void
-WorkerShmemInit(void)
-{
-	bool		found;
-
-	Shared = ShmemInitStruct("sharded_seq workers", sizeof(WorkerShared), &found);
-	if (!found)
-	{
-		memset(Shared, 0, sizeof(WorkerShared));
-		Shared->lock = &(GetNamedLWLockTranche("sharded_seq workers"))->lock;
-		for (int i = 0; i < MAX_WORKER_DBS; i++)
-			pg_atomic_init_u32(&Shared->dbs[i].forward_news, 0);
-	}
-}
-
-/* The entry of a database, made if make; NULL if missing or no room.  Lock held. */
-static WorkerDb *
-DbEntry(Oid dbid, bool make)
-{
-	WorkerDb   *free_entry = NULL;
-
-	for (int i = 0; i < MAX_WORKER_DBS; i++)
-	{
-		if (Shared->dbs[i].dbid == dbid)
-			return &Shared->dbs[i];
-		if (Shared->dbs[i].dbid == InvalidOid && free_entry == NULL)
-			free_entry = &Shared->dbs[i];
-	}
-	if (!make || free_entry == NULL)
-		return NULL;
-	memset(free_entry, 0, sizeof(WorkerDb));
-	pg_atomic_init_u32(&free_entry->forward_news, 0);
-	free_entry->dbid = dbid;
-	return free_entry;
-}
-
-static void
-WakeLauncher(void)
-{
-	if (Shared->launcher_latch)
-		SetLatch(Shared->launcher_latch);
-}
-
-static bool NotePending = false;
-
-/*
- * This database has the extension: make sure it gets a worker, once this
- * transaction ends (a CREATE EXTENSION is seen by the worker only after its
- * commit; an aborted one costs a worker start that finds nothing).
- */
-void
-WorkerNoteDatabase(void)
-{
-	NotePending = true;
-}
-
-/*
- * At the end of every transaction: tell the launcher.  Each note counts, so
- * that a worker that found no extension a moment before does not give the
- * database up.  Only shared memory and a latch: safe after commit.
- */
-void
-WorkerXactEnd(void)
-{
-	WorkerDb   *db;
-	bool		wake = false;
-
-	if (!NotePending)
-		return;
-	NotePending = false;
-	if (Shared == NULL || !OidIsValid(MyDatabaseId))
-		return;
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-	db = DbEntry(MyDatabaseId, true);
-	if (db != NULL)
-	{
-		db->notes++;
-		wake = !db->wanted || db->pid == 0;
-		db->wanted = true;
-	}
-	LWLockRelease(Shared->lock);
-	if (wake)
-		WakeLauncher();
-}
-
-/* This database's entry, found without the lock; NULL if it has none. */
-static volatile WorkerDb *
-DbEntryHere(void)
-{
-	if (Shared == NULL || !OidIsValid(MyDatabaseId))
-		return NULL;
-	for (int i = 0; i < MAX_WORKER_DBS; i++)
-		if (Shared->dbs[i].dbid == MyDatabaseId)
-			return &Shared->dbs[i];
-	return NULL;
-}
-
-/*
- * Does this database's worker flush what commits put in shared memory?  Read
- * without the lock on every buffered commit.  Only an answer read after the
- * slot was pinned counts (counter_buffer.c says why): a worker that stops
- * accepting waits for pinned slots before its last flush.
- */
-bool
-WorkerAcceptingHere(void)
-{
-	volatile WorkerDb *db = DbEntryHere();
-
-	return db != NULL && db->pid != 0 && db->accepting;
-}
-
-static uint32
-ServersHash(void)
-{
-	static char *hashed = NULL;
-	static uint32 hash = 0;
-
-	if (!McEnabled())
-		return 0;
-	/* hashed once per setting, not on every commit */
-	if (hashed == NULL || strcmp(hashed, MemcachedServers) != 0)
-	{
-		if (hashed)
-			pfree(hashed);
-		hashed = MemoryContextStrdup(TopMemoryContext, MemcachedServers);
-		hash = hash_bytes((const unsigned char *) MemcachedServers,
-						  strlen(MemcachedServers)) | 1;
-	}
-	return hash;
-}
-
-/*
- * After commit (no errors): a 'memcached' amount was added to a slot here.
- * Read first, so a hot counter's commits do not all write the line.
- */
-void
-WorkerForwardNews(void)
-{
-	volatile WorkerDb *db = DbEntryHere();
-
-	if (db != NULL && pg_atomic_read_u32((pg_atomic_uint32 *) &db->forward_news) == 0 &&
-		pg_atomic_exchange_u32((pg_atomic_uint32 *) &db->forward_news, 1) == 0)
-	{
-		Latch	   *latch = db->latch;
-
-		/* the first news since the last forward: an idle worker sleeps */
-		if (latch != NULL)
-			SetLatch(latch);
-	}
-}
-
-/*
- * Does this database's worker take 'memcached' amounts from shared memory
- * to the memcached servers this session uses?  Read without the lock on
- * every such commit; BufferReserve asks WorkerAcceptingHere again after
- * its pin.
- */
-bool
-WorkerForwardsHere(void)
-{
-	uint32		mine = ServersHash();
-	volatile WorkerDb *db = DbEntryHere();
-
-	return db != NULL && mine != 0 && db->pid != 0 && db->accepting &&
-		db->mc_servers == mine;
-}
-
-/*
- * Does this database's worker flush the memcached this session uses (its
- * servers may be set per role or database, which the worker need not see)?
- */
-bool
-WorkerFlushesMyMemcached(void)
-{
-	WorkerDb   *db;
-	bool		flushes;
-	uint32		mine = ServersHash();
-
-	if (Shared == NULL || mine == 0)
-		return false;
-	LWLockAcquire(Shared->lock, LW_SHARED);
-	db = DbEntry(MyDatabaseId, false);
-	flushes = db != NULL && db->pid != 0 && db->mc_servers == mine;
-	LWLockRelease(Shared->lock);
-	return flushes;
-}
 
 /* ---- the launcher ---- */
 
@@ -316,7 +89,7 @@ ScanDatabases(bool first)
 	Relation	rel;
 	TableScanDesc scan;
 	HeapTuple	tup;
-	Oid			usable[MAX_WORKER_DBS * 4];
+	Oid			usable[REGISTRY_MAX_DBS * 4];
 	int			nusable = 0;
 	Oid		   *all = palloc(sizeof(Oid) * 1024);
 	int			nall = 0;
@@ -342,21 +115,21 @@ ScanDatabases(bool first)
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	/* slots of a database dropped meanwhile belong to nothing */
-	BufferFreeGoneDatabases(all, nall);
+	SlotsFreeGoneDatabases(all, nall);
 	CommitTransactionCommand();
 
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 	if (first)
 		for (int i = 0; i < nusable; i++)
 		{
-			WorkerDb   *db = DbEntry(usable[i], true);
+			RegistryDb   *db = RegistryEntry(usable[i], true);
 
 			if (db != NULL)
 				db->wanted = true;
 		}
-	for (int i = 0; i < MAX_WORKER_DBS; i++)
+	for (int i = 0; i < REGISTRY_MAX_DBS; i++)
 	{
-		WorkerDb   *db = &Shared->dbs[i];
+		RegistryDb   *db = &RegistryShared->dbs[i];
 		bool		found = false;
 
 		if (db->dbid == InvalidOid || db->pid != 0)
@@ -367,7 +140,7 @@ ScanDatabases(bool first)
 		if (!found || !db->wanted)
 			db->dbid = InvalidOid;
 	}
-	LWLockRelease(Shared->lock);
+	LWLockRelease(RegistryShared->lock);
 }
 
 static BackgroundWorkerHandle *
@@ -394,9 +167,9 @@ StartWorker(Oid dbid)
 void
 sharded_seq_launcher_main(Datum arg)
 {
-	BackgroundWorkerHandle *handles[MAX_WORKER_DBS] = {0};
-	Oid			handle_db[MAX_WORKER_DBS] = {0};
-	TimestampTz retry_at[MAX_WORKER_DBS] = {0};
+	BackgroundWorkerHandle *handles[REGISTRY_MAX_DBS] = {0};
+	Oid			handle_db[REGISTRY_MAX_DBS] = {0};
+	TimestampTz retry_at[REGISTRY_MAX_DBS] = {0};
 	bool		warned_full = false;
 
 	pqsignal(SIGTERM, HandleSigterm);
@@ -405,11 +178,11 @@ sharded_seq_launcher_main(Datum arg)
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("sharded_seq launcher");
 
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-	Shared->launcher_pid = MyProcPid;
-	Shared->launcher_started = GetCurrentTimestamp();
-	Shared->launcher_latch = MyLatch;
-	LWLockRelease(Shared->lock);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
+	RegistryShared->launcher_pid = MyProcPid;
+	RegistryShared->launcher_started = GetCurrentTimestamp();
+	RegistryShared->launcher_latch = MyLatch;
+	LWLockRelease(RegistryShared->lock);
 
 	ScanDatabases(true);
 	while (!got_sigterm)
@@ -423,9 +196,9 @@ sharded_seq_launcher_main(Datum arg)
 		}
 		ScanDatabases(false);
 
-		for (int i = 0; i < MAX_WORKER_DBS; i++)
+		for (int i = 0; i < REGISTRY_MAX_DBS; i++)
 		{
-			WorkerDb   *db = &Shared->dbs[i];
+			RegistryDb   *db = &RegistryShared->dbs[i];
 			pid_t		pid;
 			Oid			dbid;
 			bool		start;
@@ -438,11 +211,11 @@ sharded_seq_launcher_main(Datum arg)
 				handles[i] = NULL;
 				retry_at[i] = TimestampTzPlusMilliseconds(now, RESTART_DELAY_MS);
 			}
-			LWLockAcquire(Shared->lock, LW_SHARED);
+			LWLockAcquire(RegistryShared->lock, LW_SHARED);
 			dbid = db->dbid;
 			start = dbid != InvalidOid && db->wanted && db->pid == 0 &&
 				now >= db->paused_until;
-			LWLockRelease(Shared->lock);
+			LWLockRelease(RegistryShared->lock);
 			if (handles[i] != NULL && handle_db[i] != dbid)
 				start = false;	/* the entry's old worker is still going */
 			if (!start || handles[i] != NULL || now < retry_at[i])
@@ -464,35 +237,29 @@ sharded_seq_launcher_main(Datum arg)
 		ResetLatch(MyLatch);
 	}
 
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-	Shared->launcher_pid = 0;
-	Shared->launcher_latch = NULL;
-	LWLockRelease(Shared->lock);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
+	RegistryShared->launcher_pid = 0;
+	RegistryShared->launcher_latch = NULL;
+	LWLockRelease(RegistryShared->lock);
 	proc_exit(0);
 }
 
 /* ---- the worker of one database ---- */
 
-static WorkerDb *MyDb = NULL;
+static RegistryDb *MyDb = NULL;
 
-/* Is this process a database's worker (whose flushes need no worker)? */
-bool
-WorkerIsMe(void)
-{
-	return MyDb != NULL;
-}
 
 static void
 ClearMyPid(int code, Datum arg)
 {
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 	if (MyDb->pid == MyProcPid)
 	{
 		MyDb->pid = 0;
 		MyDb->latch = NULL;
 	}
-	LWLockRelease(Shared->lock);
-	WakeLauncher();
+	LWLockRelease(RegistryShared->lock);
+	RegistryWakeLauncher();
 }
 
 /* Write-behind counters of this database with an amount to move. */
@@ -541,8 +308,8 @@ FlushOne(bool memcached, int32 id, const char *name)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		moved = memcached ? FlushCounter(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, false)
-			: FlushBuffered(id, name, false);
+		moved = memcached ? MemcachedFlush(id, (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS), name, false)
+			: BufferedFlush(id, name, false);
 		/* busy: the rollback gives the amount back */
 		if (moved < 0)
 			RollbackAndReleaseCurrentSubTransaction();
@@ -576,7 +343,7 @@ static void
 FlushAllBuffered(Oid install, FlushTotals *totals)
 {
 	int32	   *ids;
-	int			n = BufferCounters(install, &ids);
+	int			n = SlotCounters(install, &ids);
 
 	qsort(ids, n, sizeof(int32), CompareIds);
 	for (int i = 0; i < n; i++)
@@ -683,10 +450,10 @@ FlushAllMemcached(McCounter *list, int n, FlushTotals *totals)
 static void
 RememberError(const char *message)
 {
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 	MyDb->last_error_at = GetCurrentTimestamp();
-	strlcpy(MyDb->last_error, message ? message : "unknown error", ERROR_LEN);
-	LWLockRelease(Shared->lock);
+	strlcpy(MyDb->last_error, message ? message : "unknown error", REGISTRY_ERROR_LEN);
+	LWLockRelease(RegistryShared->lock);
 }
 
 /* In PG_CATCH: log the error, undo the transaction, and show the error in the view. */
@@ -737,7 +504,7 @@ ForwardRound(void)
 		{
 			Oid			config = ConfigRelid("counter_config");
 			int32	   *ids;
-			int			n = BufferForwardCandidates(install, &ids);
+			int			n = SlotsForwardCandidates(install, &ids);
 
 			PushActiveSnapshot(GetTransactionSnapshot());
 			for (int i = 0; i < n; i++)
@@ -757,9 +524,9 @@ ForwardRound(void)
 				}
 				/* the mode as of now, after any alter_counter that held the lock */
 				if (FetchCounterConfig(NULL, ids[i], &row) && row.mode == MODE_MEMCACHED)
-					(void) ForwardCounter(install, ids[i]);
+					(void) MemcachedForward(install, ids[i]);
 				else
-					BufferForwardStop(install, ids[i]);
+					SlotForwardStop(install, ids[i]);
 				/* its amount is in memcached now: one counter's locks at a time */
 				UnlockDatabaseObject(config, ids[i], FORWARD_LOCK_SUBID, ExclusiveLock);
 				UnlockDatabaseObject(config, ids[i], 0, ShareUpdateExclusiveLock);
@@ -796,9 +563,9 @@ Round(bool flush_only)
 		round_cxt = AllocSetContextCreate(TopMemoryContext, "sharded_seq worker round",
 										  ALLOCSET_DEFAULT_SIZES);
 	MemoryContextReset(round_cxt);
-	LWLockAcquire(Shared->lock, LW_SHARED);
+	LWLockAcquire(RegistryShared->lock, LW_SHARED);
 	notes = MyDb->notes;
-	LWLockRelease(Shared->lock);
+	LWLockRelease(RegistryShared->lock);
 
 	PG_TRY();
 	{
@@ -813,7 +580,7 @@ Round(bool flush_only)
 		install = installed ? CurrentInstallation() : InvalidOid;
 		/* gone: its slots belong to nothing now */
 		if (!installed)
-			BufferFreeIdle(InvalidOid);
+			SlotsFreeIdle(InvalidOid);
 		if (OidIsValid(install))
 		{
 			pgstat_report_activity(STATE_RUNNING, "sharded_seq: flush");
@@ -824,17 +591,17 @@ Round(bool flush_only)
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		if (OidIsValid(install))
-			BufferFreeIdle(install);
+			SlotsFreeIdle(install);
 		ForwardRound();
 		FlushAllMemcached(mc, nmc, &totals);
 		ForwardRound();
-		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-		MyDb->mc_servers = ServersHash();
+		LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
+		MyDb->mc_servers = RegistryServersHash();
 		MyDb->last_flush_at = GetCurrentTimestamp();
 		MyDb->last_flush_amount = totals.amount;
 		MyDb->last_flush_counters = totals.counters;
 		MyDb->flushed_total += totals.amount;
-		LWLockRelease(Shared->lock);
+		LWLockRelease(RegistryShared->lock);
 
 		/* maintain() came with schema 1.2 */
 		if (OidIsValid(install) && !flush_only)
@@ -858,9 +625,9 @@ Round(bool flush_only)
 			CommitTransactionCommand();
 			if (maintained)
 			{
-				LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+				LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 				MyDb->last_maintain_at = GetCurrentTimestamp();
-				LWLockRelease(Shared->lock);
+				LWLockRelease(RegistryShared->lock);
 			}
 		}
 	}
@@ -874,12 +641,12 @@ Round(bool flush_only)
 	if (!installed)
 	{
 		/* unless a backend said otherwise meanwhile (a CREATE EXTENSION) */
-		LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+		LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 		if (MyDb->notes != notes)
 			installed = true;
 		else
 			MyDb->wanted = false;
-		LWLockRelease(Shared->lock);
+		LWLockRelease(RegistryShared->lock);
 	}
 	return installed;
 }
@@ -899,15 +666,15 @@ FinalFlush(void)
 	TimestampTz started = GetCurrentTimestamp();
 	long		log_after = SHUTDOWN_FIRST_LOG_MS;
 
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 	MyDb->accepting = false;
-	LWLockRelease(Shared->lock);
-	/* the write above before the reads of pins below (see BufferReserve) */
+	LWLockRelease(RegistryShared->lock);
+	/* the write above before the reads of pins below (see SlotReserve) */
 	pg_memory_barrier();
 	for (;;)
 	{
 		int32		ids[8];
-		int			n = BufferPinsHere(ids, lengthof(ids));
+		int			n = SlotsPinnedHere(ids, lengthof(ids));
 
 		if (n == 0)
 			break;
@@ -935,16 +702,16 @@ FinalFlush(void)
 	/*
 	 * A counter whose rows were all held (by a commit that went to the rows
 	 * as this began, and is about to end) gets another try; a prepared
-	 * transaction's hold outlasts this, and BufferReportLeft logs it.
+	 * transaction's hold outlasts this, and SlotsReportLeft logs it.
 	 */
-	for (int i = 0; i < SHUTDOWN_RETRY_MS / 100 && BufferLeftHere(); i++)
+	for (int i = 0; i < SHUTDOWN_RETRY_MS / 100 && SlotsLeftHere(); i++)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 100, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		(void) Round(true);
 	}
-	BufferReportLeft();
+	SlotsReportLeft();
 }
 
 void
@@ -956,17 +723,18 @@ sharded_seq_worker_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-	MyDb = DbEntry(dbid, false);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
+	MyDb = RegistryEntry(dbid, false);
 	if (MyDb == NULL || MyDb->pid != 0)
 	{
-		LWLockRelease(Shared->lock);
+		LWLockRelease(RegistryShared->lock);
 		proc_exit(0);
 	}
 	MyDb->pid = MyProcPid;
 	MyDb->latch = MyLatch;
+	RegistryMarkWorker();
 	MyDb->started_at = GetCurrentTimestamp();
-	LWLockRelease(Shared->lock);
+	LWLockRelease(RegistryShared->lock);
 	before_shmem_exit(ClearMyPid, (Datum) 0);
 
 	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
@@ -979,9 +747,9 @@ sharded_seq_worker_main(Datum arg)
 	SetConfigOption("lock_timeout", "1000", PGC_SUSET, PGC_S_OVERRIDE);
 	/* it runs as a superuser: nothing of a database owner's may be resolved */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 	MyDb->accepting = true;
-	LWLockRelease(Shared->lock);
+	LWLockRelease(RegistryShared->lock);
 
 	while (!got_sigterm)
 	{
@@ -995,9 +763,9 @@ sharded_seq_worker_main(Datum arg)
 		if (!Round(false))
 		{
 			/* no extension here: stop until a backend says otherwise */
-			LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+			LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 			MyDb->wanted = false;
-			LWLockRelease(Shared->lock);
+			LWLockRelease(RegistryShared->lock);
 			proc_exit(0);
 		}
 		/* a latch set for other reasons (catch-up interrupts) is no round */
@@ -1070,22 +838,22 @@ WorkerRegister(void)
 static bool
 PauseWorker(Oid dbid)
 {
-	WorkerDb   *db;
+	RegistryDb   *db;
 	pid_t		pid = 0;
 
-	if (Shared == NULL || !OidIsValid(dbid))
+	if (RegistryShared == NULL || !OidIsValid(dbid))
 		return false;
 	/* only for those the command itself will allow: the database's owner */
 	if (!DatabaseOwnedBy(dbid, GetUserId()))
 		return false;
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-	db = DbEntry(dbid, false);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
+	db = RegistryEntry(dbid, false);
 	if (db != NULL)
 	{
 		db->paused_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PAUSE_MS);
 		pid = db->pid;
 	}
-	LWLockRelease(Shared->lock);
+	LWLockRelease(RegistryShared->lock);
 	if (db == NULL)
 		return false;
 	if (pid != 0)
@@ -1094,9 +862,9 @@ PauseWorker(Oid dbid)
 	for (int i = 0; i < 500 && pid != 0; i++)
 	{
 		pg_usleep(10000L);
-		LWLockAcquire(Shared->lock, LW_SHARED);
+		LWLockAcquire(RegistryShared->lock, LW_SHARED);
 		pid = db->dbid == dbid ? db->pid : 0;
-		LWLockRelease(Shared->lock);
+		LWLockRelease(RegistryShared->lock);
 	}
 	return true;
 }
@@ -1106,22 +874,22 @@ static Oid	PausedHere = InvalidOid;	/* paused by this backend, not resumed yet *
 static void
 ResumeWorker(Oid dbid)
 {
-	WorkerDb   *db;
+	RegistryDb   *db;
 
-	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
-	db = DbEntry(dbid, false);
+	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
+	db = RegistryEntry(dbid, false);
 	if (db != NULL)
 		db->paused_until = 0;
-	LWLockRelease(Shared->lock);
+	LWLockRelease(RegistryShared->lock);
 	PausedHere = InvalidOid;
-	WakeLauncher();
+	RegistryWakeLauncher();
 }
 
 /* A backend that dies in the middle of the command (FATAL) lets the worker back. */
 static void
 ResumeAtExit(int code, Datum arg)
 {
-	if (OidIsValid(PausedHere) && Shared != NULL)
+	if (OidIsValid(PausedHere) && RegistryShared != NULL)
 		ResumeWorker(PausedHere);
 }
 
@@ -1215,7 +983,7 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 
 	if (IsA(stmt, CreateExtensionStmt) &&
 		strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0)
-		WorkerNoteDatabase();
+		RegistryNoteDatabase();
 	/*
 	 * ENABLE TRIGGER ALL on one of our tables must not leave our triggers
 	 * firing on origin only (an update script sets the modes itself)
@@ -1249,11 +1017,11 @@ worker_status(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		values[12];
 	bool		nulls[12];
-	WorkerShared snap;
+	RegistryData snap;
 
 	InitMaterializedSRF(fcinfo, 0);
 	memset(nulls, 0, sizeof(nulls));
-	if (Shared == NULL)
+	if (RegistryShared == NULL)
 	{
 		/* one row that says why nothing runs */
 		memset(nulls, true, sizeof(nulls));
@@ -1266,9 +1034,9 @@ worker_status(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		return (Datum) 0;
 	}
-	LWLockAcquire(Shared->lock, LW_SHARED);
-	memcpy(&snap, Shared, sizeof(snap));
-	LWLockRelease(Shared->lock);
+	LWLockAcquire(RegistryShared->lock, LW_SHARED);
+	memcpy(&snap, RegistryShared, sizeof(snap));
+	LWLockRelease(RegistryShared->lock);
 
 	/* (kind, database, pid, running, started_at, last_flush_at, last_flush_amount,
 	 *  last_flush_counters, flushed_total, last_maintain_at, last_error, last_error_at) */
@@ -1282,9 +1050,9 @@ worker_status(PG_FUNCTION_ARGS)
 	values[4] = TimeOrNull(snap.launcher_started, &nulls[4]);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 
-	for (int i = 0; i < MAX_WORKER_DBS; i++)
+	for (int i = 0; i < REGISTRY_MAX_DBS; i++)
 	{
-		WorkerDb   *db = &snap.dbs[i];
+		RegistryDb   *db = &snap.dbs[i];
 		char	   *dbname;
 
 		if (db->dbid == InvalidOid || (!db->wanted && db->pid == 0))
