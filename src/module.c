@@ -15,18 +15,12 @@
 #include "utils/memutils.h"
 
 #include "common/common.h"
+#include "counter/counter.h"
+#include "sequence/sequence.h"
+#include "worker/worker.h"
 
 PG_MODULE_MAGIC;
 
-int			DefaultSequenceShards = 4;
-int			DefaultBlock = 1000;
-int			DefaultCounterShards = 0;
-int			MaxCounterShards = 16;
-int			SessionCacheSize = 25000;
-int			CounterFoldAfter = 60;
-int			DefaultLeaseSize = 10000;
-int			CounterFlushInterval = 10;
-int			MemcachedBatchDelay = 10;
 
 void		_PG_init(void);
 

@@ -20,7 +20,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 
-#include "common/common.h"
+#include "counter/counter_internal.h"
 
 /* The name to store for a mode a caller gave, as the schema in force spells it. */
 static const char *
@@ -48,62 +48,6 @@ StoredMode(const char *mode)
 			 errmsg("unknown counter mode \"%s\"", mode),
 			 errhint("mode must be 'exact', 'buffered' or 'memcached'.")));
 	return NULL;				/* keep the compiler quiet */
-}
-
-/*
- * Insert a counter and this node's shard rows (inside SPI, as the owner);
- * shards 0 makes it adaptive, with one row.  Nobody needs telling: sessions
- * look up a name they do not know every time.  Other nodes add their rows
- * at their first commit to it.
- */
-bool
-InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
-			  bool if_not_exists)
-{
-	static SPIPlanPtr plan = NULL;
-	static SPIPlanPtr plan_ine = NULL;
-	static SPIPlanPtr shards_plan = NULL;
-	Oid			argtypes[5] = {INT4OID, TEXTOID, INT4OID, TEXTOID, OIDOID};
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	Oid			shard_types[3] = {INT4OID, INT4OID, INT4OID};
-	Datum		shard_args[3];
-	const char *sql =
-		"INSERT INTO sharded_seq.counter_config (id, name, shards, mode, owner)"
-		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
-	int32		id = NextObjectId();
-
-	RegistryNoteUse();			/* the worker should serve this database */
-	/* schema 1.1 until ALTER EXTENSION UPDATE: its former default layout */
-	if (shards == 0 && !AdaptiveCountersStored())
-		shards = 16;
-	args[0] = Int32GetDatum(id);
-	args[1] = CStringGetTextDatum(name);
-	args[2] = Int32GetDatum(shards);
-	if (shards == 0)
-		nulls[2] = 'n';
-	args[3] = CStringGetTextDatum(mode);
-	args[4] = ObjectIdGetDatum(owner);
-	if (if_not_exists)
-		PreparePlan(&plan_ine, psprintf("%s ON CONFLICT (name) DO NOTHING", sql), 5, argtypes);
-	else
-		PreparePlan(&plan, sql, 5, argtypes);
-	if (SPI_execute_plan(if_not_exists ? plan_ine : plan, args, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not create counter \"%s\"", name);
-	if (SPI_processed == 0)
-		return false;			/* someone else created it first */
-
-	shard_args[0] = Int32GetDatum(id);
-	shard_args[1] = Int32GetDatum(Max(shards, 1));
-	shard_args[2] = Int32GetDatum(NodeShardBase());
-	PreparePlan(&shards_plan,
-				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
-				" SELECT $1, $3 OPERATOR(pg_catalog.+) g"
-				"   FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
-				3, shard_types);
-	ExecShardRowsSql(shards_plan, shard_args, NULL, SPI_OK_INSERT, id,
-					 psprintf("create shards of counter \"%s\"", name));
-	return true;
 }
 
 typedef struct CounterRow
@@ -191,73 +135,6 @@ create_counter(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* This node's rows of a counter: base .. base + 1023 */
-#define NODE_ROWS_SQL \
-	" counter_id OPERATOR(pg_catalog.=) $1" \
-	" AND shard OPERATOR(pg_catalog.>=) $2" \
-	" AND shard OPERATOR(pg_catalog.<) ($2 OPERATOR(pg_catalog.+) 1024)"
-
-/*
- * Give this node's rows of a counter exactly the shards base .. base +
- * shards-1, their total in the first (inside SPI, as the owner, with commits
- * to the counter kept out).  Other nodes' rows, and their totals, are
- * theirs: each node lays out its own rows.
- */
-static void
-RebuildShards(int32 id, int32 shards)
-{
-	static SPIPlanPtr lock_plan = NULL;
-	static SPIPlanPtr delete_plan = NULL;
-	static SPIPlanPtr insert_plan = NULL;
-	Oid			types2[2] = {INT4OID, INT4OID};
-	Oid			types4[4] = {INT4OID, INT4OID, INT4OID, NUMERICOID};
-	Datum		args[4];
-	bool		isnull;
-	Datum		total;
-
-	args[0] = Int32GetDatum(id);
-	args[1] = Int32GetDatum(NodeShardBase());
-	/* wait for commits adding to the rows, so that the sum is final */
-	PreparePlan(&lock_plan,
-				"SELECT COALESCE(pg_catalog.sum(value), 0::pg_catalog.numeric) FROM"
-				" (SELECT value FROM sharded_seq.counter_shards"
-				"   WHERE" NODE_ROWS_SQL " FOR UPDATE) s",
-				2, types2);
-	ExecOrFail(lock_plan, args, SPI_OK_SELECT, "lock counter shards");
-	total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	PreparePlan(&delete_plan,
-				"DELETE FROM sharded_seq.counter_shards WHERE" NODE_ROWS_SQL,
-				2, types2);
-	ExecShardRowsSql(delete_plan, args, NULL, SPI_OK_DELETE, id, "remove counter shards");
-	args[2] = Int32GetDatum(shards);
-	args[3] = total;
-	PreparePlan(&insert_plan,
-				"INSERT INTO sharded_seq.counter_shards (counter_id, shard, value)"
-				" SELECT $1, $2 OPERATOR(pg_catalog.+) g,"
-				"        CASE WHEN g OPERATOR(pg_catalog.=) 0 THEN $4::pg_catalog.int8 ELSE 0 END"
-				"   FROM pg_catalog.generate_series(0, $3 OPERATOR(pg_catalog.-) 1) g",
-				4, types4);
-	ExecShardRowsSql(insert_plan, args, NULL, SPI_OK_INSERT, id, "add counter shards");
-}
-
-/* How many rows this node has of a counter. */
-static int32
-CountShards(int32 id)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {INT4OID, INT4OID};
-	Datum		args[2];
-	bool		isnull;
-
-	args[0] = Int32GetDatum(id);
-	args[1] = Int32GetDatum(NodeShardBase());
-	PreparePlan(&plan,
-				"SELECT pg_catalog.count(*)::pg_catalog.int4 FROM sharded_seq.counter_shards"
-				" WHERE" NODE_ROWS_SQL, 2, types);
-	ExecOrFail(plan, args, SPI_OK_SELECT, "count counter shards");
-	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
 PG_FUNCTION_INFO_V1(alter_counter);
 Datum
 alter_counter(PG_FUNCTION_ARGS)
@@ -327,10 +204,10 @@ alter_counter(PG_FUNCTION_ARGS)
 	else if (PG_GETARG_BOOL(3))
 		shards = AdaptiveCountersStored() ? 0 : row.shards;
 	else
-		shards = row.shards ? row.shards : Max(CountShards(row.id), 1);
+		shards = row.shards ? row.shards : Max(ShardRowsCount(row.id), 1);
 	/* a layout another node set already: this node's rows may still differ */
-	if (shards != 0 && (shards != row.shards || CountShards(row.id) != shards))
-		RebuildShards(row.id, shards);
+	if (shards != 0 && (shards != row.shards || ShardRowsCount(row.id) != shards))
+		ShardRowsRebuild(row.id, shards);
 	if (shards != row.shards)
 	{
 		Datum		args[2] = {Int32GetDatum(row.id), Int32GetDatum(shards)};
@@ -362,11 +239,11 @@ drop_counter(PG_FUNCTION_ARGS)
 	args[0] = Int32GetDatum(row.id);
 	LockCounterCommits(row.id);
 	CounterDroppedInXact(row.id);
+	ShardRowsDrop(row.id);
 	PreparePlan(&plan,
-				"WITH s AS (DELETE FROM sharded_seq.counter_shards WHERE counter_id OPERATOR(pg_catalog.=) $1)"
 				"DELETE FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
-	ExecShardRowsSql(plan, args, NULL, SPI_OK_DELETE, row.id, "drop counter");
+	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
 	AnnounceConfigChange("counter_config");
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();

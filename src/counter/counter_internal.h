@@ -1,1 +1,135 @@
-#include "common/common.h"
+/*
+ * counter_internal.h
+ *	  Shared by the files of src/counter/ only.  Inside the folder, calls run
+ *	  down: admin.c > engine.c > buffered.c, memcached.c, maintain.c >
+ *	  rows.c > kept.c, layout.c; and slots.c, below every user of it
+ *	  (README.md).
+ */
+#ifndef SHARDED_SEQ_COUNTER_INTERNAL_H
+#define SHARDED_SEQ_COUNTER_INTERNAL_H
+
+#include "counter/counter.h"
+
+/* rows.c: row access; ShardWrite is the only writer of shard rows */
+typedef struct ShardRef
+{
+	int32		shard;
+	ItemPointerData tid;		/* the version seen */
+	int64		value;
+} ShardRef;
+
+/*
+ * A counter's total as a snapshot saw its rows, and what says how long it
+ * holds (rows.c); a session keeps its own, and shares them (kept.c).
+ */
+typedef struct KeptTotal
+{
+	TransactionId config_xmin;	/* the config row version they hold for */
+	TransactionId seen_xmax;	/* xmax of the snapshot the rows were seen with */
+	uint64		layout;			/* LayoutWord() when they were seen */
+	int128		sum;
+} KeptTotal;
+
+/* Where a pinned counter's shard rows were last seen, per backend. */
+typedef struct CounterPlace
+{
+	int32		counter_id;
+	int32		shards;			/* pinned layout, or 0: adaptive */
+	TransactionId config_xmin;	/* the counter_config row version loaded */
+	bool		config_committed;	/* known committed, without the commit log */
+	ItemPointerData *roots;		/* pinned: each shard's HOT root, in
+								 * CacheEntryContext, or NULL */
+	int			nroots;			/* rows remembered in refs */
+	/* with shared memory (layout.c): the rows and their total, kept */
+	bool		cached;
+	KeptTotal	kept;			/* their total, while cached */
+	ShardRef   *refs;			/* in CacheEntryContext, nroots of them */
+	uint64		last_word;		/* the word at the previous read */
+} CounterPlace;
+
+extern void ForgetRows(CounterPlace *place);
+
+
+extern int128 CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs,
+						 int *nrefs);
+extern bool CounterApply(int32 counter_id, int32 preferred, int64 delta,
+						 const char *name, ShardRef *known, int nknown);
+
+typedef enum CounterApplyResult
+{
+	APPLY_DONE,
+	APPLY_BUSY,					/* every shard held by another transaction */
+	APPLY_GONE,					/* the counter has no rows */
+	APPLY_FULL					/* no shard can take the amount */
+} CounterApplyResult;
+
+extern CounterApplyResult CounterTryApply(int32 counter_id, int32 preferred,
+										  int64 delta);
+extern void InsertIndexEntries(Relation rel, HeapTuple newtup, bool moved,
+							   bool only_summarizing);
+
+typedef enum MaintainResult
+{
+	MAINTAIN_NOTHING,
+	MAINTAIN_FOLDED,			/* idle rows folded into one (perhaps gathered too) */
+	MAINTAIN_GATHERED,			/* rows rewritten together */
+	MAINTAIN_BUSY				/* a row was held or changed: undo, try later */
+} MaintainResult;
+
+extern void ShardRowsCreate(int32 id, int32 shards, const char *name);
+extern void ShardRowsRebuild(int32 id, int32 shards);
+extern void ShardRowsDrop(int32 id);
+extern int32 ShardRowsCount(int32 id);
+
+extern MaintainResult MaintainCounterRows(int32 counter_id, int32 base, bool fold,
+										  TransactionId idle_before);
+
+/* engine.c */
+extern void CounterDroppedInXact(int32 counter_id);
+
+/* slots.c: the slot table both write-behind modes use */
+extern bool SlotsAvailable(void);
+extern bool SlotReserve(int32 counter_id, int64 amount, bool forward);
+extern int64 SlotPending(int32 counter_id);
+extern int64 SlotTake(Oid install, int32 counter_id);
+extern void SlotsUsage(int *used, int *total, int64 *refused);
+extern bool SlotsTakenInXact(void);
+extern void SlotsXactCommit(void);
+extern void SlotsXactAbort(void);
+extern void SlotsSubXact(bool aborted, SubTransactionId subid,
+						  SubTransactionId parent);
+extern int64 SlotForwardTake(Oid install, int32 counter_id, void **slot);
+extern void SlotForwardEnd(void *slot, int64 give_back);
+
+/* layout.c: layout words, the net epoch, foreign rows */
+#define LAYOUT_UNKNOWN	PG_UINT64_MAX
+extern uint64 LayoutWord(int32 counter_id);
+extern bool LayoutSettled(uint64 word);
+extern void LayoutChanging(int32 counter_id);
+extern void LayoutXactEnd(void);
+extern void NoteForeignRows(void);
+extern bool ForeignRowsSeen(void);
+extern uint64 ShardsNetEpoch(void);
+
+/* kept.c: totals kept in shared memory, for every session */
+extern bool SharedKeptTotal(int32 counter_id, KeptTotal *total);
+extern void ShareKeptTotal(int32 counter_id, const KeptTotal *total);
+
+/* memcached.c: mode 'memcached', the commit side */
+extern void MemcachedAfterCommit(int32 counter_id, int64 amount, int32 shard,
+							  const char *name, int64 *claim_interval);
+extern void MemcachedXactCommit(void);
+extern void MemcachedXactAbort(void);
+extern void MemcachedSubXact(bool aborted, SubTransactionId subid,
+							SubTransactionId parent);
+extern bool MemcachedFlushedInXact(void);
+extern int64 MemcachedLeftover(int32 counter_id);
+extern void MemcachedApplyLeftovers(void);
+extern bool MemcachedPending(int32 counter_id, int64 *amount);
+extern bool MemcachedStagingHere(void);
+
+/* admin.c */
+extern bool InsertCounter(const char *name, int32 shards, const char *mode,
+						  Oid owner, bool if_not_exists);
+
+#endif							/* SHARDED_SEQ_COUNTER_INTERNAL_H */

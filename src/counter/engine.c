@@ -28,7 +28,12 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "common/common.h"
+#include "counter/counter_internal.h"
+
+/* settings (defined in module.c) */
+int			DefaultCounterShards = 0;
+int			MaxCounterShards = 16;
+int			CounterFlushInterval = 10;
 
 typedef struct CounterEntry
 {

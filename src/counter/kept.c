@@ -22,7 +22,7 @@
 #include "port/atomics.h"
 #include "storage/shmem.h"
 
-#include "common/common.h"
+#include "counter/counter_internal.h"
 
 #define KEPT_WAYS	4
 

@@ -28,7 +28,10 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-#include "common/common.h"
+#include "counter/counter_internal.h"
+
+/* settings (defined in module.c) */
+int			CounterFoldAfter = 60;
 
 typedef struct Candidate
 {

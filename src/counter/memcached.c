@@ -29,7 +29,10 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "common/common.h"
+#include "counter/counter_internal.h"
+
+/* settings (defined in module.c) */
+int			MemcachedBatchDelay = 10;
 
 #define MC_KEY_LEN 250
 

@@ -1,8 +1,11 @@
 /*
- * counter_shards.c
- *	  Direct access to counter rows: reading a counter's configuration,
- *	  summing its shards, adding to one of them, and growing an adaptive
- *	  counter by a row.
+ * rows.c
+ *	  Row access for counters: reading a counter's configuration, summing its
+ *	  shards, adding to one of them, growing an adaptive counter by a row,
+ *	  maintain()'s fold and gather, and the administration's layouts.  Every
+ *	  write of a shard row goes through one function here, ShardWrite, which
+ *	  marks the layout word first (the rule in layout.c); the trigger
+ *	  rows_changed_elsewhere marks every other write.
  *
  * These are the hot paths of counter_incr, counter_value and of applying a
  * transaction's increments at commit, so they use the heap and the indexes
@@ -42,9 +45,37 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "common/common.h"
+#include "counter/counter_internal.h"
 
 static bool NodeRowsAlone(void);
+
+/* A write of shard rows, as ShardWrite takes it. */
+typedef enum ShardWriteKind
+{
+	WRITE_INSERT,				/* rel, tuple, options */
+	WRITE_UPDATE,				/* rel, tid (the version read), tuple, wait, tmfd */
+	WRITE_DELETE,				/* rel, tid (the version read), tmfd */
+	WRITE_SQL					/* plan, args, expected, what */
+} ShardWriteKind;
+
+typedef struct ShardWriteOp
+{
+	ShardWriteKind kind;
+	int32		counter_id;
+	Relation	rel;
+	ItemPointer tid;
+	HeapTuple	tuple;
+	int			options;
+	bool		wait;
+	TM_FailureData *tmfd;
+	SPIPlanPtr	plan;
+	Datum	   *args;
+	int			expected;
+	const char *what;
+	TM_Result	result;			/* out */
+} ShardWriteOp;
+
+static ShardWriteOp ShardWrite(ShardWriteOp *op);
 
 
 #define Anum_shard_counter_id	1
@@ -678,9 +709,7 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		Datum		values[Natts_shard];
 		bool		nulls[Natts_shard];
 		TM_FailureData tmfd;
-		LockTupleMode lockmode;
 		TM_Result	result;
-		ShardedIndexUpdate indexes;
 		int64		newvalue;
 
 		oldtup.t_self = tid;
@@ -704,12 +733,9 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 		values[Anum_shard_value - 1] = Int64GetDatum(newvalue);
 		newtup = heap_form_tuple(desc, values, nulls);
 
-		/* readers that keep the total must see it move before it does */
-		LayoutChanging(counter_id);
-		result = ShardedHeapUpdate(rel, &tid, newtup, GetCurrentCommandId(true),
-								   InvalidSnapshot, wait, &tmfd, &lockmode, &indexes);
-		if (result == TM_Ok && indexes != INDEX_UPDATE_NONE)
-			InsertIndexEntries(rel, newtup, true, indexes == INDEX_UPDATE_SUMMARIZING);
+		result = ShardWrite(&(ShardWriteOp) {
+			.kind = WRITE_UPDATE, .counter_id = counter_id, .rel = rel,
+			.tid = &tid, .tuple = newtup, .wait = wait, .tmfd = &tmfd}).result;
 		heap_freetuple(newtup);
 		switch (result)
 		{
@@ -785,9 +811,9 @@ InsertShardRow(Relation rel, int32 counter_id, int32 shard, int64 value, int opt
 	values[Anum_shard_shard - 1] = Int32GetDatum(shard);
 	values[Anum_shard_value - 1] = Int64GetDatum(value);
 	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-	LayoutChanging(counter_id);
-	heap_insert(rel, tup, GetCurrentCommandId(true), options, NULL);
-	InsertIndexEntries(rel, tup, false, false);
+	(void) ShardWrite(&(ShardWriteOp) {
+		.kind = WRITE_INSERT, .counter_id = counter_id, .rel = rel,
+		.tuple = tup, .options = options});
 	heap_freetuple(tup);
 }
 
@@ -1077,9 +1103,9 @@ DeleteAsRead(Relation rel, int32 counter_id, ItemPointer tid)
 {
 	TM_FailureData tmfd;
 
-	LayoutChanging(counter_id);
-	return heap_delete(rel, tid, GetCurrentCommandId(true), InvalidSnapshot,
-					   false, &tmfd, false) == TM_Ok;
+	return ShardWrite(&(ShardWriteOp) {
+		.kind = WRITE_DELETE, .counter_id = counter_id, .rel = rel,
+		.tid = tid, .tmfd = &tmfd}).result == TM_Ok;
 }
 
 /*
@@ -1237,40 +1263,229 @@ MaintainCounterRows(int32 counter_id, int32 base, bool fold,
 	return result;
 }
 
-/* ---- the engine's SQL writes of shard rows ---- */
+/* ---- the one door for writing shard rows ---- */
 
 static bool EngineSqlWriting = false;
 
 /*
- * Run a plan of the engine's that inserts or deletes shard rows of
- * counter_id (as the owner, inside BeginAsOwner): the layout word is
- * marked first (the rule in counter_buffer.c), and the trigger
- * rows_changed_elsewhere knows the rows for the engine's own for as long as
- * the plan runs, and for no other write.
+ * Every write of a shard row by the engine goes through here, by the heap
+ * (insert, update, delete, with their index entries) or by one of the SQL
+ * plans below.  The counter's layout word is marked before the write can be
+ * seen: the rule kept totals stand on (layout.c).  The trigger
+ * rows_changed_elsewhere knows an SQL write for the engine's own for as long
+ * as the plan runs, and no other write.  Nothing else in the extension
+ * writes counter_shards (test/structure/one_writer.sh checks it).
  */
-void
-ExecShardRowsSql(SPIPlanPtr plan, Datum *args, const char *nulls,
-				 int expected, int32 counter_id, const char *what)
+static ShardWriteOp
+ShardWrite(ShardWriteOp *op)
 {
+	ShardWriteOp done = *op;
+	LockTupleMode lockmode;
+	ShardedIndexUpdate indexes;
 	int			rc;
 
-	LayoutChanging(counter_id);
-	EngineSqlWriting = true;
-	PG_TRY();
+	LayoutChanging(op->counter_id);
+	switch (op->kind)
 	{
-		rc = SPI_execute_plan(plan, args, nulls, false, 0);
+		case WRITE_INSERT:
+			heap_insert(op->rel, op->tuple, GetCurrentCommandId(true), op->options, NULL);
+			InsertIndexEntries(op->rel, op->tuple, false, false);
+			done.result = TM_Ok;
+			break;
+		case WRITE_UPDATE:
+			done.result = ShardedHeapUpdate(op->rel, op->tid, op->tuple,
+											GetCurrentCommandId(true), InvalidSnapshot,
+											op->wait, op->tmfd, &lockmode, &indexes);
+			if (done.result == TM_Ok && indexes != INDEX_UPDATE_NONE)
+				InsertIndexEntries(op->rel, op->tuple, true,
+								   indexes == INDEX_UPDATE_SUMMARIZING);
+			break;
+		case WRITE_DELETE:
+			done.result = heap_delete(op->rel, op->tid, GetCurrentCommandId(true),
+									  InvalidSnapshot, false, op->tmfd, false);
+			break;
+		case WRITE_SQL:
+			EngineSqlWriting = true;
+			PG_TRY();
+			{
+				rc = SPI_execute_plan(op->plan, op->args, NULL, false, 0);
+			}
+			PG_FINALLY();
+			{
+				EngineSqlWriting = false;
+			}
+			PG_END_TRY();
+			if (rc != op->expected)
+				elog(ERROR, "could not %s: %s", op->what, SPI_result_code_string(rc));
+			done.result = TM_Ok;
+			break;
 	}
-	PG_FINALLY();
-	{
-		EngineSqlWriting = false;
-	}
-	PG_END_TRY();
-	if (rc != expected)
-		elog(ERROR, "could not %s: %s", what, SPI_result_code_string(rc));
+	return done;
+}
+
+/* Run one of the SQL plans below (as the owner, inside BeginAsOwner). */
+static void
+ShardRowsSql(SPIPlanPtr plan, Datum *args, int expected, int32 counter_id,
+			 const char *what)
+{
+	(void) ShardWrite(&(ShardWriteOp) {
+		.kind = WRITE_SQL, .counter_id = counter_id, .plan = plan,
+		.args = args, .expected = expected, .what = what});
+}
+
+/*
+ * A new counter's rows on this node: shards base .. base + shards-1, all 0
+ * (inside SPI, as the owner).
+ */
+void
+ShardRowsCreate(int32 id, int32 shards, const char *name)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[3] = {INT4OID, INT4OID, INT4OID};
+	Datum		args[3];
+
+	args[0] = Int32GetDatum(id);
+	args[1] = Int32GetDatum(Max(shards, 1));
+	args[2] = Int32GetDatum(NodeShardBase());
+	PreparePlan(&plan,
+				"INSERT INTO sharded_seq.counter_shards (counter_id, shard)"
+				" SELECT $1, $3 OPERATOR(pg_catalog.+) g"
+				"   FROM pg_catalog.generate_series(0, $2 OPERATOR(pg_catalog.-) 1) g",
+				3, types);
+	ShardRowsSql(plan, args, SPI_OK_INSERT, id,
+				 psprintf("create shards of counter \"%s\"", name));
+}
+
+/*
+ * Insert a counter and this node's shard rows (inside SPI, as the owner);
+ * shards 0 makes it adaptive, with one row.  Nobody needs telling: sessions
+ * look up a name they do not know every time.  Other nodes add their rows
+ * at their first commit to it.
+ */
+bool
+InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
+			  bool if_not_exists)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_ine = NULL;
+	Oid			argtypes[5] = {INT4OID, TEXTOID, INT4OID, TEXTOID, OIDOID};
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	const char *sql =
+		"INSERT INTO sharded_seq.counter_config (id, name, shards, mode, owner)"
+		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
+	int32		id = NextObjectId();
+
+	RegistryNoteUse();			/* the worker should serve this database */
+	/* schema 1.1 until ALTER EXTENSION UPDATE: its former default layout */
+	if (shards == 0 && !AdaptiveCountersStored())
+		shards = 16;
+	args[0] = Int32GetDatum(id);
+	args[1] = CStringGetTextDatum(name);
+	args[2] = Int32GetDatum(shards);
+	if (shards == 0)
+		nulls[2] = 'n';
+	args[3] = CStringGetTextDatum(mode);
+	args[4] = ObjectIdGetDatum(owner);
+	if (if_not_exists)
+		PreparePlan(&plan_ine, psprintf("%s ON CONFLICT (name) DO NOTHING", sql), 5, argtypes);
+	else
+		PreparePlan(&plan, sql, 5, argtypes);
+	if (SPI_execute_plan(if_not_exists ? plan_ine : plan, args, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not create counter \"%s\"", name);
+	if (SPI_processed == 0)
+		return false;			/* someone else created it first */
+
+	ShardRowsCreate(id, shards, name);
+	return true;
+}
+
+/* This node's rows of counter $1: base $2 .. $2 + 1023 */
+#define NODE_ROWS_SQL \
+	" counter_id OPERATOR(pg_catalog.=) $1" \
+	" AND shard OPERATOR(pg_catalog.>=) $2" \
+	" AND shard OPERATOR(pg_catalog.<) ($2 OPERATOR(pg_catalog.+) 1024)"
+
+/* How many rows this node has of a counter (inside SPI, as the owner). */
+int32
+ShardRowsCount(int32 id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {INT4OID, INT4OID};
+	Datum		args[2];
+	bool		isnull;
+
+	args[0] = Int32GetDatum(id);
+	args[1] = Int32GetDatum(NodeShardBase());
+	PreparePlan(&plan,
+				"SELECT pg_catalog.count(*)::pg_catalog.int4 FROM sharded_seq.counter_shards"
+				" WHERE" NODE_ROWS_SQL, 2, types);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not count counter shards");
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Give this node's rows of a counter exactly the shards base .. base +
+ * shards-1, their total in the first (inside SPI, as the owner, with commits
+ * to the counter kept out).  Other nodes' rows, and their totals, are
+ * theirs: each node lays out its own rows.
+ */
+void
+ShardRowsRebuild(int32 id, int32 shards)
+{
+	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr delete_plan = NULL;
+	static SPIPlanPtr insert_plan = NULL;
+	Oid			types2[2] = {INT4OID, INT4OID};
+	Oid			types4[4] = {INT4OID, INT4OID, INT4OID, NUMERICOID};
+	Datum		args[4];
+	bool		isnull;
+	Datum		total;
+
+	args[0] = Int32GetDatum(id);
+	args[1] = Int32GetDatum(NodeShardBase());
+	/* wait for commits adding to the rows, so that the sum is final */
+	PreparePlan(&lock_plan,
+				"SELECT COALESCE(pg_catalog.sum(value), 0::pg_catalog.numeric) FROM"
+				" (SELECT value FROM sharded_seq.counter_shards"
+				"   WHERE" NODE_ROWS_SQL " FOR UPDATE) s",
+				2, types2);
+	if (SPI_execute_plan(lock_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not lock counter shards");
+	total = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	PreparePlan(&delete_plan,
+				"DELETE FROM sharded_seq.counter_shards WHERE" NODE_ROWS_SQL,
+				2, types2);
+	ShardRowsSql(delete_plan, args, SPI_OK_DELETE, id, "remove counter shards");
+	args[2] = Int32GetDatum(shards);
+	args[3] = total;
+	PreparePlan(&insert_plan,
+				"INSERT INTO sharded_seq.counter_shards (counter_id, shard, value)"
+				" SELECT $1, $2 OPERATOR(pg_catalog.+) g,"
+				"        CASE WHEN g OPERATOR(pg_catalog.=) 0 THEN $4::pg_catalog.int8 ELSE 0 END"
+				"   FROM pg_catalog.generate_series(0, $3 OPERATOR(pg_catalog.-) 1) g",
+				4, types4);
+	ShardRowsSql(insert_plan, args, SPI_OK_INSERT, id, "add counter shards");
+}
+
+/* Every row of a dropped counter, on every node (inside SPI, as the owner). */
+void
+ShardRowsDrop(int32 id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+
+	args[0] = Int32GetDatum(id);
+	PreparePlan(&plan,
+				"DELETE FROM sharded_seq.counter_shards WHERE counter_id OPERATOR(pg_catalog.=) $1",
+				1, types);
+	ShardRowsSql(plan, args, SPI_OK_DELETE, id, "drop counter");
 }
 
 /* Is the engine writing shard rows through SQL right now? */
-bool
+static bool
 EngineWritesShardRows(void)
 {
 	return EngineSqlWriting;
@@ -1319,7 +1534,7 @@ NodeRowsAlone(void)
  * worker too).  A shard row write marks its counter's layout word (a
  * TRUNCATE every word) before it can be seen, whoever makes it: this is
  * the net under kept totals (the rule in layout.c).  A write other
- * than the engine's own SQL (ExecShardRowsSql) also tells sessions that
+ * than the engine's own SQL (ShardWrite) also tells sessions that
  * rows may now come and go behind their back (no read from remembered
  * places any more, in this server's life when preloaded), and a changed
  * claim is checked again.

@@ -40,7 +40,7 @@
 #include "storage/shmem.h"
 #include "utils/memutils.h"
 
-#include "common/common.h"
+#include "counter/counter_internal.h"
 
 #define SLOT_FREE	0			/* never used since the last free run: ends probes */
 #define SLOT_USED	1

@@ -21,7 +21,12 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
-#include "common/common.h"
+#include "sequence/sequence_internal.h"
+
+/* settings (defined in module.c) */
+int			DefaultSequenceShards = 4;
+int			DefaultBlock = 1000;
+int			DefaultLeaseSize = 10000;
 
 typedef struct SeqRow
 {

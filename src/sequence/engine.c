@@ -47,7 +47,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "common/common.h"
+#include "sequence/sequence_internal.h"
 
 typedef struct SeqEntry
 {

@@ -16,7 +16,7 @@
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
 
-#include "worker/worker.h"
+#include "worker/worker_internal.h"
 
 PG_FUNCTION_INFO_V1(maintain);
 Datum

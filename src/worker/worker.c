@@ -1,19 +1,10 @@
 /*
  * worker.c
- *	  The background workers: a launcher, and one worker per database that
- *	  has the extension, which every sharded_seq.counter_flush_interval
- *	  flushes write-behind counters (shared memory and memcached) into their
- *	  shard rows and runs maintain().  Also the utility hook that moves a
- *	  worker out of the way of commands that need a database to themselves,
- *	  and the worker_status() function behind the workers view.
- *
- * Modelled on TimescaleDB's scheduler: the launcher connects to no database
- * and reads pg_database; it starts a worker for every database it is told
- * of (a backend that uses the extension, or CREATE EXTENSION, tells it) and,
- * once at start, for every database that accepts connections.  A worker in
- * a database without the extension unregisters it and exits.  Template
- * databases get no worker: CREATE DATABASE copies them only when nobody is
- * connected.
+ *	  The worker of one database: every sharded_seq.counter_flush_interval it
+ *	  flushes write-behind counters (slots in shared memory and memcached)
+ *	  into their shard rows and runs maintain(); between rounds it forwards
+ *	  'memcached' amounts that wait in slots; at shutdown it makes the last
+ *	  flush once no commit can add to a slot any more.
  */
 #include "postgres.h"
 
@@ -51,198 +42,23 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "common/common.h"
-
-#define RESTART_DELAY_MS	1000
-#define PAUSE_MS			60000	/* longest a database command keeps it away */
+#include "worker/worker_internal.h"
 #define SHUTDOWN_FIRST_LOG_MS 2000	/* waiting for pinned slots: say so after */
 #define SHUTDOWN_LOG_MS		5000	/* and again every */
 #define SHUTDOWN_RETRY_MS	5000	/* rows held at the last flush: try again for */
 
-static ProcessUtility_hook_type prev_utility_hook = NULL;
-static volatile sig_atomic_t got_sigterm = false;
+volatile sig_atomic_t WorkerGotSigterm = false;
 
-PGDLLEXPORT void sharded_seq_launcher_main(Datum arg);
-PGDLLEXPORT void sharded_seq_worker_main(Datum arg);
-
-
-/* ---- the launcher ---- */
-
-static void
-HandleSigterm(SIGNAL_ARGS)
+void
+WorkerHandleSigterm(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
 
-	got_sigterm = true;
+	WorkerGotSigterm = true;
 	SetLatch(MyLatch);
 	errno = save_errno;
 }
 
-/*
- * Read pg_database: at the first scan, every database that accepts
- * connections is wanted; entries of databases gone, or that became templates
- * or stopped accepting connections, are dropped once their worker is gone.
- */
-static void
-ScanDatabases(bool first)
-{
-	Relation	rel;
-	TableScanDesc scan;
-	HeapTuple	tup;
-	Oid			usable[REGISTRY_MAX_DBS * 4];
-	int			nusable = 0;
-	Oid		   *all = palloc(sizeof(Oid) * 1024);
-	int			nall = 0;
-	int			room = 1024;
-
-	StartTransactionCommand();
-	(void) GetTransactionSnapshot();
-	rel = table_open(DatabaseRelationId, AccessShareLock);
-	scan = table_beginscan_catalog(rel, 0, NULL);
-	while (HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection)))
-	{
-		Form_pg_database d = (Form_pg_database) GETSTRUCT(tup);
-
-		if (d->datallowconn && !d->datistemplate && nusable < lengthof(usable))
-			usable[nusable++] = d->oid;
-		if (nall == room)
-		{
-			room *= 2;
-			all = repalloc(all, sizeof(Oid) * room);
-		}
-		all[nall++] = d->oid;
-	}
-	table_endscan(scan);
-	table_close(rel, AccessShareLock);
-	/* slots of a database dropped meanwhile belong to nothing */
-	SlotsFreeGoneDatabases(all, nall);
-	CommitTransactionCommand();
-
-	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
-	if (first)
-		for (int i = 0; i < nusable; i++)
-		{
-			RegistryDb   *db = RegistryEntry(usable[i], true);
-
-			if (db != NULL)
-				db->wanted = true;
-		}
-	for (int i = 0; i < REGISTRY_MAX_DBS; i++)
-	{
-		RegistryDb   *db = &RegistryShared->dbs[i];
-		bool		found = false;
-
-		if (db->dbid == InvalidOid || db->pid != 0)
-			continue;
-		for (int j = 0; j < nusable && !found; j++)
-			found = usable[j] == db->dbid;
-		/* gone, unusable, or found without the extension: the entry is free */
-		if (!found || !db->wanted)
-			db->dbid = InvalidOid;
-	}
-	LWLockRelease(RegistryShared->lock);
-}
-
-static BackgroundWorkerHandle *
-StartWorker(Oid dbid)
-{
-	BackgroundWorker bgw;
-	BackgroundWorkerHandle *handle;
-
-	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	bgw.bgw_restart_time = BGW_NEVER_RESTART;	/* the launcher does it */
-	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "sharded_seq");
-	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "sharded_seq_worker_main");
-	snprintf(bgw.bgw_name, BGW_MAXLEN, "sharded_seq worker for database %u", dbid);
-	snprintf(bgw.bgw_type, BGW_MAXLEN, "sharded_seq worker");
-	bgw.bgw_main_arg = ObjectIdGetDatum(dbid);
-	bgw.bgw_notify_pid = MyProcPid;
-	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
-		return NULL;
-	return handle;
-}
-
-void
-sharded_seq_launcher_main(Datum arg)
-{
-	BackgroundWorkerHandle *handles[REGISTRY_MAX_DBS] = {0};
-	Oid			handle_db[REGISTRY_MAX_DBS] = {0};
-	TimestampTz retry_at[REGISTRY_MAX_DBS] = {0};
-	bool		warned_full = false;
-
-	pqsignal(SIGTERM, HandleSigterm);
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	pgstat_report_appname("sharded_seq launcher");
-
-	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
-	RegistryShared->launcher_pid = MyProcPid;
-	RegistryShared->launcher_started = GetCurrentTimestamp();
-	RegistryShared->launcher_latch = MyLatch;
-	LWLockRelease(RegistryShared->lock);
-
-	ScanDatabases(true);
-	while (!got_sigterm)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		ScanDatabases(false);
-
-		for (int i = 0; i < REGISTRY_MAX_DBS; i++)
-		{
-			RegistryDb   *db = &RegistryShared->dbs[i];
-			pid_t		pid;
-			Oid			dbid;
-			bool		start;
-
-			/* a worker that stopped: start it again after a pause */
-			if (handles[i] != NULL &&
-				GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED)
-			{
-				pfree(handles[i]);
-				handles[i] = NULL;
-				retry_at[i] = TimestampTzPlusMilliseconds(now, RESTART_DELAY_MS);
-			}
-			LWLockAcquire(RegistryShared->lock, LW_SHARED);
-			dbid = db->dbid;
-			start = dbid != InvalidOid && db->wanted && db->pid == 0 &&
-				now >= db->paused_until;
-			LWLockRelease(RegistryShared->lock);
-			if (handles[i] != NULL && handle_db[i] != dbid)
-				start = false;	/* the entry's old worker is still going */
-			if (!start || handles[i] != NULL || now < retry_at[i])
-				continue;
-			handles[i] = StartWorker(dbid);
-			handle_db[i] = dbid;
-			retry_at[i] = TimestampTzPlusMilliseconds(now, RESTART_DELAY_MS);
-			if (handles[i] == NULL && !warned_full)
-			{
-				ereport(WARNING,
-						(errmsg("sharded_seq: could not start a worker for database %u", dbid),
-						 errhint("Raise max_worker_processes: the launcher needs one per database that has the extension.")));
-				warned_full = true;
-			}
-		}
-
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 RESTART_DELAY_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-	}
-
-	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
-	RegistryShared->launcher_pid = 0;
-	RegistryShared->launcher_latch = NULL;
-	LWLockRelease(RegistryShared->lock);
-	proc_exit(0);
-}
 
 /* ---- the worker of one database ---- */
 
@@ -719,7 +535,7 @@ sharded_seq_worker_main(Datum arg)
 {
 	Oid			dbid = DatumGetObjectId(arg);
 
-	pqsignal(SIGTERM, HandleSigterm);
+	pqsignal(SIGTERM, WorkerHandleSigterm);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
@@ -751,7 +567,7 @@ sharded_seq_worker_main(Datum arg)
 	MyDb->accepting = true;
 	LWLockRelease(RegistryShared->lock);
 
-	while (!got_sigterm)
+	while (!WorkerGotSigterm)
 	{
 		if (ConfigReloadPending)
 		{
@@ -773,7 +589,7 @@ sharded_seq_worker_main(Datum arg)
 			TimestampTz next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														   CounterFlushInterval * 1000L);
 
-			while (!got_sigterm && !ConfigReloadPending)
+			while (!WorkerGotSigterm && !ConfigReloadPending)
 			{
 				long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next);
 
@@ -792,7 +608,7 @@ sharded_seq_worker_main(Datum arg)
 					long		wait;
 
 					/* a signal still ends the wait at once */
-					while (!got_sigterm && !ConfigReloadPending &&
+					while (!WorkerGotSigterm && !ConfigReloadPending &&
 						   (wait = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due)) > 0)
 					{
 						(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -812,272 +628,4 @@ sharded_seq_worker_main(Datum arg)
 	}
 	FinalFlush();
 	proc_exit(0);
-}
-
-/* ---- from _PG_init ---- */
-
-void
-WorkerRegister(void)
-{
-	BackgroundWorker bgw;
-
-	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	bgw.bgw_restart_time = 5;
-	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "sharded_seq");
-	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "sharded_seq_launcher_main");
-	snprintf(bgw.bgw_name, BGW_MAXLEN, "sharded_seq launcher");
-	snprintf(bgw.bgw_type, BGW_MAXLEN, "sharded_seq launcher");
-	RegisterBackgroundWorker(&bgw);
-}
-
-/* ---- database commands that need the database to themselves ---- */
-
-/* Stop a database's worker and keep it away until Resume; true if paused. */
-static bool
-PauseWorker(Oid dbid)
-{
-	RegistryDb   *db;
-	pid_t		pid = 0;
-
-	if (RegistryShared == NULL || !OidIsValid(dbid))
-		return false;
-	/* only for those the command itself will allow: the database's owner */
-	if (!DatabaseOwnedBy(dbid, GetUserId()))
-		return false;
-	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
-	db = RegistryEntry(dbid, false);
-	if (db != NULL)
-	{
-		db->paused_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PAUSE_MS);
-		pid = db->pid;
-	}
-	LWLockRelease(RegistryShared->lock);
-	if (db == NULL)
-		return false;
-	if (pid != 0)
-		(void) kill(pid, SIGTERM);
-	/* the command itself waits up to 5 s for others to leave; so do we */
-	for (int i = 0; i < 500 && pid != 0; i++)
-	{
-		pg_usleep(10000L);
-		LWLockAcquire(RegistryShared->lock, LW_SHARED);
-		pid = db->dbid == dbid ? db->pid : 0;
-		LWLockRelease(RegistryShared->lock);
-	}
-	return true;
-}
-
-static Oid	PausedHere = InvalidOid;	/* paused by this backend, not resumed yet */
-
-static void
-ResumeWorker(Oid dbid)
-{
-	RegistryDb   *db;
-
-	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
-	db = RegistryEntry(dbid, false);
-	if (db != NULL)
-		db->paused_until = 0;
-	LWLockRelease(RegistryShared->lock);
-	PausedHere = InvalidOid;
-	RegistryWakeLauncher();
-}
-
-/* A backend that dies in the middle of the command (FATAL) lets the worker back. */
-static void
-ResumeAtExit(int code, Datum arg)
-{
-	if (OidIsValid(PausedHere) && RegistryShared != NULL)
-		ResumeWorker(PausedHere);
-}
-
-/* The database a command needs to itself, or InvalidOid. */
-static Oid
-DatabaseNeededAlone(Node *stmt)
-{
-	const char *name = NULL;
-	ListCell   *lc;
-
-	switch (nodeTag(stmt))
-	{
-		case T_DropdbStmt:
-			name = ((DropdbStmt *) stmt)->dbname;
-			break;
-		case T_CreatedbStmt:
-			foreach(lc, ((CreatedbStmt *) stmt)->options)
-			{
-				DefElem    *opt = lfirst_node(DefElem, lc);
-
-				if (strcmp(opt->defname, "template") == 0 && opt->arg != NULL)
-					name = defGetString(opt);
-			}
-			break;
-		case T_RenameStmt:
-			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
-				name = ((RenameStmt *) stmt)->subname;
-			break;
-		case T_AlterDatabaseStmt:
-			foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
-			{
-				DefElem    *opt = lfirst_node(DefElem, lc);
-
-				if (strcmp(opt->defname, "tablespace") == 0)
-					name = ((AlterDatabaseStmt *) stmt)->dbname;
-			}
-			break;
-		default:
-			break;
-	}
-	return name ? get_database_oid(name, true) : InvalidOid;
-}
-
-static void
-WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
-			  ProcessUtilityContext context, ParamListInfo params,
-			  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
-{
-	Node	   *stmt = pstmt->utilityStmt;
-	Oid			alone;
-	bool		paused;
-	static bool exit_callback = false;
-
-	/* a prepared transaction's changes become visible: no kept total may hide them */
-	if (IsA(stmt, TransactionStmt) &&
-		(((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED ||
-		 ((TransactionStmt *) stmt)->kind == TRANS_STMT_ROLLBACK_PREPARED))
-		LayoutChangingAll();
-	/*
-	 * A command that may hide shard-row writes from the marks (DISABLE
-	 * TRIGGER, TRUNCATE, ...; the rule in counter_buffer.c) marks every word
-	 * until its transaction ends, before it runs.
-	 */
-	if (LayoutWordsAvailable() && IsTransactionState() && ChangesShardTable(stmt))
-		LayoutChangingAll();
-	alone = DatabaseNeededAlone(stmt);
-	paused = PauseWorker(alone);
-	if (paused)
-	{
-		if (!exit_callback)
-			before_shmem_exit(ResumeAtExit, (Datum) 0);
-		exit_callback = true;
-		PausedHere = alone;
-	}
-
-	PG_TRY();
-	{
-		if (prev_utility_hook)
-			prev_utility_hook(pstmt, queryString, readOnlyTree, context, params,
-							  queryEnv, dest, qc);
-		else
-			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-									params, queryEnv, dest, qc);
-	}
-	PG_FINALLY();
-	{
-		if (paused)
-			ResumeWorker(alone);
-	}
-	PG_END_TRY();
-
-	if (IsA(stmt, CreateExtensionStmt) &&
-		strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0)
-		RegistryNoteDatabase();
-	/*
-	 * ENABLE TRIGGER ALL on one of our tables must not leave our triggers
-	 * firing on origin only (an update script sets the modes itself)
-	 */
-	if (IsTransactionState() && !creating_extension && AltersOwnTable(stmt))
-		RestoreTriggerModes();
-	if (IsA(stmt, CreatedbStmt))
-		ForgetSharedTotals(get_database_oid(((CreatedbStmt *) stmt)->dbname, true));
-}
-
-void
-WorkerUtilityInit(void)
-{
-	prev_utility_hook = ProcessUtility_hook;
-	ProcessUtility_hook = WorkerUtility;
-}
-
-/* ---- worker_status(): what the workers view shows ---- */
-
-static Datum
-TimeOrNull(TimestampTz t, bool *isnull)
-{
-	*isnull = (t == 0);
-	return TimestampTzGetDatum(t);
-}
-
-PG_FUNCTION_INFO_V1(worker_status);
-Datum
-worker_status(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		values[12];
-	bool		nulls[12];
-	RegistryData snap;
-
-	InitMaterializedSRF(fcinfo, 0);
-	memset(nulls, 0, sizeof(nulls));
-	if (RegistryShared == NULL)
-	{
-		/* one row that says why nothing runs */
-		memset(nulls, true, sizeof(nulls));
-		values[0] = CStringGetTextDatum("launcher");
-		nulls[0] = false;
-		values[3] = BoolGetDatum(false);
-		nulls[3] = false;
-		values[10] = CStringGetTextDatum("sharded_seq is not in shared_preload_libraries");
-		nulls[10] = false;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		return (Datum) 0;
-	}
-	LWLockAcquire(RegistryShared->lock, LW_SHARED);
-	memcpy(&snap, RegistryShared, sizeof(snap));
-	LWLockRelease(RegistryShared->lock);
-
-	/* (kind, database, pid, running, started_at, last_flush_at, last_flush_amount,
-	 *  last_flush_counters, flushed_total, last_maintain_at, last_error, last_error_at) */
-	memset(nulls, true, sizeof(nulls));
-	values[0] = CStringGetTextDatum("launcher");
-	nulls[0] = false;
-	values[2] = Int32GetDatum(snap.launcher_pid);
-	nulls[2] = snap.launcher_pid == 0;
-	values[3] = BoolGetDatum(snap.launcher_pid != 0);
-	nulls[3] = false;
-	values[4] = TimeOrNull(snap.launcher_started, &nulls[4]);
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-
-	for (int i = 0; i < REGISTRY_MAX_DBS; i++)
-	{
-		RegistryDb   *db = &snap.dbs[i];
-		char	   *dbname;
-
-		if (db->dbid == InvalidOid || (!db->wanted && db->pid == 0))
-			continue;
-		dbname = get_database_name(db->dbid);
-		if (dbname == NULL)
-			continue;
-		memset(nulls, false, sizeof(nulls));
-		values[0] = CStringGetTextDatum("worker");
-		values[1] = DirectFunctionCall1(namein, CStringGetDatum(dbname));
-		values[2] = Int32GetDatum(db->pid);
-		nulls[2] = db->pid == 0;
-		values[3] = BoolGetDatum(db->pid != 0);
-		values[4] = TimeOrNull(db->started_at, &nulls[4]);
-		values[5] = TimeOrNull(db->last_flush_at, &nulls[5]);
-		values[6] = Int64GetDatum(db->last_flush_amount);
-		nulls[6] = db->last_flush_at == 0;
-		values[7] = Int32GetDatum(db->last_flush_counters);
-		nulls[7] = db->last_flush_at == 0;
-		values[8] = Int64GetDatum(db->flushed_total);
-		values[9] = TimeOrNull(db->last_maintain_at, &nulls[9]);
-		values[10] = CStringGetTextDatum(db->last_error);
-		nulls[10] = db->last_error[0] == '\0';
-		values[11] = TimeOrNull(db->last_error_at, &nulls[11]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	return (Datum) 0;
 }

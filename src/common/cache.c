@@ -1,0 +1,147 @@
+/*
+ * cache.c
+ *	  The per-session caches of sequences and counters by name: bounded by
+ *	  sharded_seq.session_cache_size with least-recently-used eviction, and
+ *	  remembered per call site (fn_extra) so a hot call finds its entry
+ *	  without a hash lookup.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "common/common.h"
+
+int			SessionCacheSize = 25000;
+
+/* What an fmgr call site remembers, so repeated calls skip the hash. */
+typedef struct CallSite
+{
+	ObjectCache *cache;
+	CacheEntry *entry;
+	uint64		incarnation;	/* entry's, when remembered */
+	int			len;
+	char		name[NAMEDATALEN];
+} CallSite;
+
+/*
+ * What cache entries own (privileges, remembered shard rows) lives in a
+ * context of its own, not in TopMemoryContext: eviction frees it entry by
+ * entry, so it is bounded like the caches, and it shows by name in
+ * pg_backend_memory_contexts.
+ */
+MemoryContext
+CacheEntryContext(void)
+{
+	static MemoryContext cxt = NULL;
+
+	if (cxt == NULL)
+		cxt = AllocSetContextCreate(TopMemoryContext, "sharded_seq cache entries",
+									ALLOCSET_DEFAULT_SIZES);
+	return cxt;
+}
+
+/*
+ * The per-session caches of sequences and counters are bounded: past
+ * sharded_seq.session_cache_size entries, the least recently used one is
+ * evicted.  dynahash keeps a removed entry's memory for the next one, so a
+ * cache never holds more than its bound, however many names a session uses.
+ */
+static void
+EvictEntry(ObjectCache *cache, CacheEntry *entry)
+{
+	entry->incarnation = 0;		/* call sites that remember it will look again */
+	if (cache->evict)
+		cache->evict(entry);
+	dlist_delete(&entry->lru);
+	hash_search(cache->table, entry->name, HASH_REMOVE, NULL);
+	cache->count--;
+}
+
+/*
+ * The entry for name, made (zeroed but for its key, *is_new set) if absent.
+ * It becomes the most recently used; making one may evict the least.
+ */
+CacheEntry *
+CacheLookup(ObjectCache *cache, const char *name, bool *is_new)
+{
+	static uint64 incarnations = 0;
+	char		key[NAMEDATALEN];
+	CacheEntry *entry;
+	bool		found;
+
+	if (cache->table == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = cache->entrysize;
+		cache->table = hash_create(cache->label, 256, &ctl, HASH_ELEM | HASH_STRINGS);
+		dlist_init(&cache->lru);
+	}
+	memset(key, 0, sizeof(key));
+	strlcpy(key, name, sizeof(key));
+	entry = hash_search(cache->table, key, HASH_ENTER, &found);
+	*is_new = !found;
+	if (found)
+	{
+		dlist_move_head(&cache->lru, &entry->lru);
+		return entry;
+	}
+	memset((char *) entry + NAMEDATALEN, 0, cache->entrysize - NAMEDATALEN);
+	entry->incarnation = ++incarnations;
+	dlist_push_head(&cache->lru, &entry->lru);
+	cache->count++;
+	while (cache->count > SessionCacheSize)
+		EvictEntry(cache, dlist_tail_element(CacheEntry, lru, &cache->lru));
+	return entry;
+}
+
+/*
+ * The cache entry for the name in argument 0.  NULL, empty and over-long
+ * names are rejected here.
+ */
+CacheEntry *
+CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
+{
+	CallSite   *cs = (CallSite *) fcinfo->flinfo->fn_extra;
+	text	   *arg;
+	int			len;
+	char	   *name;
+	CacheEntry *entry;
+
+	*is_new = false;
+	if (PG_ARGISNULL(0))
+		(void) NameArg(fcinfo, 0, cache->kind); /* raises */
+	arg = PG_GETARG_TEXT_PP(0);
+	len = VARSIZE_ANY_EXHDR(arg);
+	if (cs && cs->cache == cache && cs->entry->incarnation == cs->incarnation &&
+		cs->len == len && memcmp(cs->name, VARDATA_ANY(arg), len) == 0)
+	{
+		dlist_move_head(&cache->lru, &cs->entry->lru);
+		return cs->entry;
+	}
+
+	name = text_to_cstring(arg);
+	ValidateName(name, cache->kind);
+	entry = CacheLookup(cache, name, is_new);
+	if (cs == NULL)
+		cs = fcinfo->flinfo->fn_extra =
+			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallSite));
+	cs->cache = cache;
+	cs->entry = entry;
+	cs->incarnation = entry->incarnation;
+	cs->len = len;
+	memcpy(cs->name, VARDATA_ANY(arg), len);
+	pfree(name);
+	return entry;
+}
+
+/* Remove an entry for a name that turned out not to exist. */
+void
+ForgetEntry(ObjectCache *cache, CacheEntry *entry)
+{
+	EvictEntry(cache, entry);
+}

@@ -1,0 +1,20 @@
+/*
+ * sequence.h
+ *	  The door of src/sequence/: sharded sequences.  What the layers above
+ *	  (the worker, module.c) may use; the engine's internals stay in
+ *	  sequence_internal.h.
+ */
+#ifndef SHARDED_SEQ_SEQUENCE_H
+#define SHARDED_SEQ_SEQUENCE_H
+
+#include "common/common.h"
+
+/* settings (module.c registers them) */
+extern int	DefaultSequenceShards;
+extern int	DefaultBlock;
+extern int	DefaultLeaseSize;
+
+/* admin.c: drop the native sequences of retired generations (maintain()) */
+extern int	ReapShards(void);
+
+#endif							/* SHARDED_SEQ_SEQUENCE_H */
