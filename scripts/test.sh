@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # scripts/test.sh [PATTERN]: install what is missing, build with warnings as
 # errors, and run every pg_regress test, pgTAP file, stress test and version
-# test (test/versions/) in throwaway clusters, on the host's PostgreSQL 15 (or
+# test (test/versions/) in throwaway clusters, and the checks of the tree
+# itself (test/structure/), on the host's PostgreSQL 15 (or
 # the major in PG_MAJOR).  With PATTERN, run only the tests whose name as
-# listed (regress/NAME, pgtap/NAME, stress/NAME, versions/NAME) contains it:
+# listed (regress/NAME, pgtap/NAME, structure/NAME, stress/NAME, versions/NAME)
+# contains it:
 # a test's name, or a group such as versions.
 #
 # scripts/test.sh --all-versions [PATTERN]: the same on PostgreSQL 15 (the
@@ -80,11 +82,12 @@ for f in test/*.sql; do
     record $? "pgtap/$t" "$WORK/tap_$t.log"
 done
 
-# stress and version tests: each starts (and crashes) clusters of its own.
+# structure, stress and version tests: checks of the tree itself
+# (test/structure/), and tests that start (and crash) clusters of their own.
 # A test that exits 77 has nothing to check here (it says why): it is listed
 # as skipped, and counts neither as passed nor as failed.
 skipped=0
-for group in stress versions; do
+for group in structure stress versions; do
     echo "==> $group"
     for f in test/$group/*.sh; do
         [ -e "$f" ] || continue

@@ -1,9 +1,11 @@
 /*
  * catalog.c
  *	  Catalog access shared by sequences and counters: name and argument
- *	  validation, privileges (aclitem[] on each object, checked the way
- *	  PostgreSQL checks its own), acting as the extension owner, and the
- *	  epoch that tells every backend when a configuration row changed.
+ *	  validation, the extension's schema and the relation ids of its tables
+ *	  (a lookup has no side effect), which schema version is installed, the
+ *	  commands that change the shard table and our triggers' firing modes,
+ *	  and the epoch that tells every backend when a configuration row
+ *	  changed.  Privileges and acting as the owner are in privileges.c.
  */
 #include "postgres.h"
 
@@ -267,7 +269,7 @@ VacuumFull(VacuumStmt *stmt)
 /*
  * May this command change what the shard table is, so that writes can
  * escape the marks that kept totals stand on (the rule in
- * counter_buffer.c)?  Trigger changes, TRUNCATE (a cascade may reach it),
+ * counter/layout.c)?  Trigger changes, TRUNCATE (a cascade may reach it),
  * rewrites (VACUUM FULL, CLUSTER), drops, and an update of the extension.
  * Plain VACUUM and ANALYZE change no row and are left alone.  Errs on the
  * side of yes; costs a lookup or two, and only for these commands.

@@ -154,7 +154,7 @@ RegistryEntryHere(void)
 /*
  * Does this database's worker flush what commits put in shared memory?  Read
  * without the lock on every buffered commit.  Only an answer read after the
- * slot was pinned counts (counter_buffer.c says why): a worker that stops
+ * slot was pinned counts (counter/slots.c says why): a worker that stops
  * accepting waits for pinned slots before its last flush.
  */
 bool

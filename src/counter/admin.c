@@ -1,10 +1,10 @@
 /*
- * counter_admin.c
+ * admin.c
  *	  Administration of counters: create, alter (shards and mode, online),
  *	  drop, grant and revoke, flush_counters, and the functions behind the
  *	  counters view.
  *
- * Each function acts as the extension owner inside SPI (catalog.c), after
+ * Each function acts as the extension owner inside SPI (common/privileges.c), after
  * checking the caller's rights on the counter itself.
  */
 #include "postgres.h"

@@ -1,5 +1,5 @@
 /*
- * counter.c
+ * engine.c
  *	  The counter engine: counter_incr, counter_value, and what a transaction
  *	  owes its counters until it commits.
  *
@@ -7,8 +7,8 @@
  * adds to this transaction's pending amount for the counter, kept in backend
  * memory per subtransaction, so a rolled-back savepoint takes its share back.
  * Just before commit each counter's net amount is applied once: to one shard
- * row (counter_shards.c), or, for a write-behind counter, to its shared
- * memory slot (counter_buffer.c) or memcached (counter_memcached.c) once the
+ * row (rows.c), or, for a write-behind counter, to its shared
+ * memory slot (slots.c) or memcached (memcached.c) once the
  * commit is final.  Counters are taken in id order, so shard
  * rows are locked only for the moment of commit, a million increments in one
  * transaction cost one row update, and commits cannot deadlock on them.

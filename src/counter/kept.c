@@ -1,8 +1,8 @@
 /*
- * counter_kept.c
+ * kept.c
  *	  Counter totals kept in shared memory for every session of the server.
  *
- * A session that keeps a counter's total (KeepRows, counter_shards.c)
+ * A session that keeps a counter's total (KeepRows, rows.c)
  * publishes it here, and a session that meets the counter for the first time
  * reads it here instead of scanning the rows.  What says how long a kept
  * total holds belongs to no session: the counter's layout word, the xmax of

@@ -7,7 +7,7 @@
  * Each counter is handled in a subtransaction of its own, with no waiting:
  * a counter with a row held or changed meanwhile is left for the next run.
  * So maintain() is safe at any moment, next to increments and reads, and no
- * total ever changes (see MaintainCounterRows in counter_shards.c).
+ * total ever changes (see MaintainCounterRows in rows.c).
  *
  * A row is idle if no transaction updated it since the previous fold pass,
  * which sharded_seq.maintenance records (time and transaction counter).  A

@@ -1,5 +1,5 @@
 /*
- * counter_memcached.c
+ * memcached.c
  *	  Write-behind through memcached for counters in mode 'memcached': the
  *	  amounts a transaction hands to memcached once it has committed, flushes
  *	  from memcached into the shard rows, the amounts a flush gives back when

@@ -14,7 +14,7 @@
  * When every shard is held, an adaptive counter gets a new row; a pinned one
  * waits.
  *
- * With node ids (node.c), each node writes only its own rows, numbered from
+ * With node ids (common/node.c), each node writes only its own rows, numbered from
  * its NodeShardBase(), and a total is the sum over every node's rows.
  */
 #include "postgres.h"
@@ -382,7 +382,7 @@ SnapshotsAlike(Snapshot a, Snapshot b)
 }
 
 /*
- * Is the safety net of kept totals (the rule in counter_buffer.c) in place
+ * Is the safety net of kept totals (the rule in layout.c) in place
  * on rel, as snapshot sees the catalog?  snapshot was taken after net (the
  * epoch) was read, so an answer found under net is good while the epoch
  * stays: every change to the net moves it before it commits.
@@ -503,7 +503,7 @@ ReadKeptTotal(CounterPlace *place, Snapshot snapshot, int128 *sum,
 	return true;
 }
 
-/* The total another session kept (counter_kept.c), on the same terms. */
+/* The total another session kept (kept.c), on the same terms. */
 static bool
 ReadSharedTotal(CounterPlace *place, Snapshot snapshot, int128 *sum)
 {

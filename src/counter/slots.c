@@ -1,13 +1,18 @@
 /*
- * counter_buffer.c
- *	  Write-behind in shared memory for counters in mode 'buffered': a bounded
- *	  table of slots, one per counter, holding committed increments that are
- *	  not yet in the shard rows, and the flush that moves them there.
+ * slots.c
+ *	  The slot table: a bounded table in shared memory, one slot per counter,
+ *	  holding committed increments that are not yet in the shard rows.  Mode
+ *	  'buffered' keeps its amounts here until the worker flushes them
+ *	  (buffered.c); mode 'memcached' stages amounts here for the worker to
+ *	  forward to memcached in batches (memcached.c).  The table writes no
+ *	  row and calls no worker: whether the worker still takes amounts is read
+ *	  from the registry (common/registry.c).
  *
  * A committing transaction finds (or claims) its counter's slot and pins it
  * at PRE_COMMIT, and adds its amount with one atomic add once the commit is
  * final, so an abort never counts.  A flush takes the whole amount with an
- * atomic exchange and writes it to the rows in its transaction; if that
+ * atomic exchange (SlotTake) and its caller writes it to the rows in its
+ * transaction; if that
  * transaction or savepoint rolls back, the amount is added back.  A read
  * adds the slot's amount to the rows it read with an older snapshot: an
  * amount moved meanwhile is missed for a moment, never counted twice.

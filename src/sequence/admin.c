@@ -1,5 +1,5 @@
 /*
- * sequence_admin.c
+ * admin.c
  *	  Administration of sharded sequences: create, alter, advance, drop,
  *	  grant and revoke, and the reserved high-water mark.
  *

@@ -1,5 +1,5 @@
 /*
- * sequence.c
+ * engine.c
  *	  The sequence engine: sharded_nextval and sharded_currval.
  *
  * Each backend keeps, per sequence, the configuration it last loaded and the
@@ -8,9 +8,9 @@
  * WAL-logged and never rolled back.  The WAL that covers the reservation is
  * flushed before any value of the block is returned, so no crash can hand a
  * value out twice; with synchronous standbys, they confirm it first as well
- * (replication.c), so no failover to one of them can either.
+ * (common/replication.c), so no failover to one of them can either.
  *
- * Everything here counts in local positions.  On node n > 0 (node.c) the
+ * Everything here counts in local positions.  On node n > 0 (common/node.c) the
  * value handed out is n * 2^53 + local; the session's node is fixed, so
  * local order is value order, and currval and the floor below which a lease
  * must not take a session (S2) stay local.

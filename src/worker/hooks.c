@@ -165,7 +165,7 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		LayoutChangingAll();
 	/*
 	 * A command that may hide shard-row writes from the marks (DISABLE
-	 * TRIGGER, TRUNCATE, ...; the rule in counter_buffer.c) marks every word
+	 * TRIGGER, TRUNCATE, ...; the rule in counter/layout.c) marks every word
 	 * until its transaction ends, before it runs.
 	 */
 	if (LayoutWordsAvailable() && IsTransactionState() && ChangesShardTable(stmt))

@@ -133,7 +133,7 @@ check "a commit held at PinSlot"
 
 echo "== 2. a commit held after it reserved its slot"
 for c in b m; do
-    held "reserved_$c" BufferReserve finish "" "BEGIN; INSERT INTO ledger VALUES ('$c', 5); SELECT counter_incr('$c', 5); COMMIT;"
+    held "reserved_$c" SlotReserve finish "" "BEGIN; INSERT INTO ledger VALUES ('$c', 5); SELECT counter_incr('$c', 5); COMMIT;"
     check "a '$c' commit held after its reservation"
 done
 
