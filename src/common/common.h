@@ -240,15 +240,7 @@ extern bool RegistryFlushesMyMemcached(void);
 
 
 /* node.c: node ids for several primaries, and their claims */
-extern int	SessionNode;
-extern int32 SessionNodeFirstUse(void);
-
-/* This session's node id: the setting as it was at its first use. */
-static inline int32
-SessionNodeId(void)
-{
-	return SessionNode >= 0 ? SessionNode : SessionNodeFirstUse();
-}
+extern int32 SessionNodeId(void);
 
 extern void NodeIdForget(void);
 extern int32 NextObjectId(void);

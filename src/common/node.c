@@ -58,17 +58,24 @@
 #define Anum_claim_claimed_at	4
 
 int			NodeIdSetting = 0;
-int			SessionNode = -1;	/* fixed at first use; -1 before */
+static int	SessionNode = -1;	/* fixed at first use; -1 before */
 
 static bool ClaimVerified = false;	/* our claim, committed, was seen ... */
 static uint64 ClaimEpoch = 0;	/* ... under this ConfigEpoch */
 
 /* This session's first use: its node id from now on (SessionNodeId). */
-int32
+static int32
 SessionNodeFirstUse(void)
 {
 	SessionNode = NodeIdSetting;
 	return SessionNode;
+}
+
+/* This session's node id: the setting as it was at its first use. */
+int32
+SessionNodeId(void)
+{
+	return SessionNode >= 0 ? SessionNode : SessionNodeFirstUse();
 }
 
 /*
