@@ -208,7 +208,7 @@ RegistryForwardNews(void)
 /*
  * Does this database's worker take 'memcached' amounts from shared memory
  * to the memcached servers this session uses?  Read without the lock on
- * every such commit; SlotReserve asks WorkerAcceptingHere again after
+ * every such commit; SlotReserve asks RegistryAcceptingHere again after
  * its pin.
  */
 bool
@@ -241,19 +241,23 @@ RegistryFlushesMyMemcached(void)
 	return flushes;
 }
 
+/* ---- who is asking ---- */
 
+/* The worker of a database, once its entry is its own (worker/worker.c). */
 void
 RegistryMarkWorker(void)
 {
 	IsWorker = true;
 }
 
+/* A database's worker flushes without asking whether a worker accepts. */
 bool
 RegistryIsWorker(void)
 {
 	return IsWorker;
 }
 
+/* Every transaction's end, whatever it used: the notes of RegistryNoteUse. */
 static void
 RegistryXactCallback(XactEvent event, void *arg)
 {
