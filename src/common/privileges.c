@@ -25,6 +25,8 @@ BeginAsOwner(OwnerContext *ctx)
 {
 	Oid			owner = ExtensionOwner();
 
+	/* the extension is used here (it exists: its owner was found) */
+	RegistryNoteUse();
 	GetUserIdAndSecContext(&ctx->saved_user, &ctx->saved_context);
 	ctx->caller = ctx->saved_user;
 	SetUserIdAndSecContext(owner,

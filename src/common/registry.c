@@ -95,9 +95,11 @@ RegistryNoteDatabase(void)
 }
 
 /*
- * The engines' first use in a session, and again after each configuration
- * change (the same rhythm as relation ids are looked up again): cheap
- * enough for every call.
+ * The extension is used here: called wherever it acts as its owner
+ * (BeginAsOwner: every administrative function, view and load of a
+ * sequence) and wherever the counter engine loads a counter.  It notes once
+ * per configuration epoch (the rhythm of relation ids looked up again), so
+ * it is cheap enough for every call.
  */
 void
 RegistryNoteUse(void)

@@ -239,11 +239,12 @@ drop_counter(PG_FUNCTION_ARGS)
 	args[0] = Int32GetDatum(row.id);
 	LockCounterCommits(row.id);
 	CounterDroppedInXact(row.id);
-	ShardRowsDrop(row.id);
+	/* the config row first, then the rows: the order a subscriber applies them in */
 	PreparePlan(&plan,
 				"DELETE FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
 	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
+	ShardRowsDrop(row.id);
 	AnnounceConfigChange("counter_config");
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();

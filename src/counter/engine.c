@@ -274,6 +274,7 @@ LoadCounterConfig(CounterEntry *entry)
 		pfree(entry->acl);
 	entry->acl = NULL;
 	entry->exists = FetchCounterConfig(entry->cache.name, 0, &row);
+	RegistryNoteUse();			/* the extension is used here: the worker serves it */
 	entry->own_xid = InvalidTransactionId;
 	if (entry->exists)
 	{
@@ -361,7 +362,6 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 							 name)));
 		ReportNotFound(KIND_COUNTER, name);
 	}
-	RegistryNoteUse();			/* the worker should serve this database */
 	return entry;
 }
 

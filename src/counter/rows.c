@@ -1376,7 +1376,6 @@ InsertCounter(const char *name, int32 shards, const char *mode, Oid owner,
 		" VALUES ($1, $2, $3, $4, $5::pg_catalog.regrole)";
 	int32		id = NextObjectId();
 
-	RegistryNoteUse();			/* the worker should serve this database */
 	/* schema 1.1 until ALTER EXTENSION UPDATE: its former default layout */
 	if (shards == 0 && !AdaptiveCountersStored())
 		shards = 16;

@@ -412,7 +412,6 @@ create_sequence(PG_FUNCTION_ARGS)
 				 errmsg("sharded sequence \"%s\" already exists", name),
 				 errhint("Use sharded_seq.alter_sequence() to change it, or choose another name.")));
 	id = NextObjectId();
-	RegistryNoteUse();			/* the worker should serve this database */
 	args[0] = Int32GetDatum(id);
 	args[1] = CStringGetTextDatum(name);
 	args[2] = Int32GetDatum(shards);

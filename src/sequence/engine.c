@@ -290,7 +290,6 @@ LookupSequence(FunctionCallInfo fcinfo)
 		entry->checked_user = GetUserId();
 		entry->checked_epoch = PrivilegeEpoch;
 	}
-	RegistryNoteUse();			/* the worker should serve this database */
 	return entry;
 }
 

@@ -206,6 +206,12 @@ start=$(date +%s%N)
 q "CREATE DATABASE w3 TEMPLATE w2" >/dev/null || fail "CREATE DATABASE from a database with a worker failed"
 echo "RESULT CREATE DATABASE w3 TEMPLATE w2 took $(( ($(date +%s%N) - start) / 1000000 )) ms"
 worker_running w2 || fail "the worker did not come back after CREATE DATABASE"
+# a database cloned after the launcher's start, used only through the
+# administration (a view, flush_counters): that use alone gets it a worker
+DB=w3 q "SELECT count(*) FROM sharded_seq.counters" >/dev/null
+DB=w3 q "SELECT sharded_seq.flush_counters()" >/dev/null
+worker_running w3 || fail "no worker in w3, used only through the counters view and flush_counters()"
+echo "RESULT w3, a clone used only through a view and flush_counters(), got its worker"
 DB=w2 q "DROP EXTENSION sharded_seq" >/dev/null
 wait_for 10 "SELECT NOT coalesce(bool_or(running), false) FROM sharded_seq.workers WHERE database = 'w2'" ||
     fail "the worker stayed after DROP EXTENSION"
