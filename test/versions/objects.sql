@@ -1,10 +1,12 @@
 -- The sharded_seq objects of the current database, one sorted text block per
 -- kind (test/versions/same_objects.sh): the extension's members, every
 -- function's definition, rights and comment, the schema's relations (views
--- with their definition), columns, constraints, indexes, triggers and when
--- they fire, the schema's rights, the tables pg_dump dumps, the rights an
--- install granted (pg_init_privs) and the sequence's parameters.  pg_dump
--- leaves an extension's members out, so the catalogs are read directly.
+-- with their definition), columns and their order, constraints, indexes,
+-- triggers and when they fire, the schema's rights, the tables pg_dump dumps,
+-- the rights an install granted (pg_init_privs) and the sequence's
+-- parameters.  A relation's options are a set: ALTER TABLE ... SET appends
+-- a changed one, so an update orders them differently from a CREATE TABLE.
+-- pg_dump leaves an extension's members out: the catalogs are read directly.
 SET search_path = public;
 SELECT 'extension ' || extname || ' schema ' || extnamespace::regnamespace || ' relocatable ' || extrelocatable
   FROM pg_extension WHERE extname = 'sharded_seq';
@@ -34,6 +36,7 @@ SELECT 'column ' || a.attrelid::regclass || '.' || a.attname || ' ' || format_ty
        || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END || ' '
        || coalesce(pg_get_expr(ad.adbin, ad.adrelid), '-')
        || coalesce(' acl ' || a.attacl::text, '') || coalesce(' comment ' || col_description(a.attrelid, a.attnum), '')
+       || ' position ' || row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum)
   FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
   LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
  WHERE c.relnamespace = 'sharded_seq'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
