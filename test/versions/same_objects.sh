@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every install of the control file's default_version holds the objects
-# recorded in test/versions/objects_DEFAULT.expected (the golden file):
+# recorded for this PostgreSQL major in objects_DEFAULT.pgMAJOR.expected
+# (the golden file; the catalogs print differently on each major: views,
+# the owner's rights from 17 on, row types and NOT NULL constraints):
 #  (a) a fresh CREATE EXTENSION;
 #  (b) every earlier version the update scripts reach from the base script,
 #      installed with VERSION and brought up in one ALTER EXTENSION UPDATE;
@@ -13,8 +15,12 @@
 # is what tells a change to the objects.  A mismatch prints the diff.
 #
 # To change the objects deliberately (a new version, a changed update
-# script), write the golden file from a fresh install, then review its diff:
+# script), write the golden files from a fresh install, then review the diff:
 #   SSQ_REGENERATE=1 flock /tmp/ssq-host.lock scripts/test.sh versions/same_objects
+#   scripts/chroot.sh trixie env SSQ_REGENERATE=1 scripts/test.sh versions/same_objects
+#   scripts/chroot.sh sid env SSQ_REGENERATE=1 scripts/test.sh versions/same_objects
+# and copy each chroot's file from its copy of the tree
+# (/var/cache/sharded_seq/chroot-SUITE/build/sharded_seq/test/versions/).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -25,7 +31,6 @@ fail() { echo "FAILED: $*"; exit 1; }
 
 default="$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$ROOT_DIR/sharded_seq.control")"
 [ -n "$default" ] || fail "no default_version in sharded_seq.control"
-GOLDEN="$HERE/objects_$default.expected"
 
 # the versions the base script and its update chain provide
 reach=()
@@ -46,6 +51,9 @@ shipped="$(cd "$ROOT_DIR" && ls sharded_seq--*.sql | sort | tr '\n' ' ')"
 cluster_create "$WORK/pg"
 echo "shared_preload_libraries = 'sharded_seq'" >>"$PGDATA/postgresql.conf"
 cluster_start
+major="$(( $(psql -qXAt -d postgres -c "SHOW server_version_num") / 10000 ))"
+GOLDEN="$HERE/objects_$default.pg$major.expected"
+name="${GOLDEN##*/}"
 
 objects() { psql -qXAt -v ON_ERROR_STOP=1 -d "$1" -f "$HERE/objects.sql"; }
 extversion() { psql -qXAt -d "$1" -c "SELECT extversion FROM pg_extension WHERE extname = 'sharded_seq'"; }
@@ -56,9 +64,9 @@ compare() {
     local v lines
     v="$(extversion "$2")"
     lines="$(diff "$WORK/expected.txt" "$WORK/$2.txt" | grep -c '^[<>]' || true)"
-    echo "RESULT $1: version $v, $lines lines differ from objects_$default.expected"
+    echo "RESULT $1: version $v, $lines lines differ from $name"
     if [ "$lines" != 0 ] || [ "$v" != "$default" ]; then
-        diff -u --label "objects_$default.expected" --label "$1" "$WORK/expected.txt" "$WORK/$2.txt" | head -n 60 || true
+        diff -u --label "$name" --label "$1" "$WORK/expected.txt" "$WORK/$2.txt" | head -n 60 || true
         bad=1
     fi
 }
@@ -67,10 +75,9 @@ psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE fresh" >/dev/null
 psql -qX -v ON_ERROR_STOP=1 -d fresh -c "CREATE EXTENSION sharded_seq" >/dev/null
 if [ -n "${SSQ_REGENERATE:-}" ]; then
     {
-        echo "# The objects of a fresh sharded_seq $default (test/versions/objects.sql), which"
-        echo "# test/versions/same_objects.sh compares every install and update against."
-        echo "# Regenerate only to change the objects deliberately, and review the diff:"
-        echo "#   SSQ_REGENERATE=1 flock /tmp/ssq-host.lock scripts/test.sh versions/same_objects"
+        echo "# The objects of a fresh sharded_seq $default on PostgreSQL $major (test/versions/objects.sql),"
+        echo "# which test/versions/same_objects.sh compares every install and update against."
+        echo "# Regenerate only to change the objects deliberately (see that test), and review the diff."
         objects fresh
     } >"$GOLDEN"
     echo "RESULT regenerated ${GOLDEN#"$ROOT_DIR"/}"
@@ -100,4 +107,4 @@ for v in "${reach[@]:1}"; do
 done
 compare "$base updated in steps (${reach[*]:1})" steps
 
-[ $bad = 0 ] || fail "an install differs from objects_$default.expected"
+[ $bad = 0 ] || fail "an install differs from $name"
