@@ -58,7 +58,8 @@ name="${GOLDEN##*/}"
 objects() { psql -qXAt -v ON_ERROR_STOP=1 -d "$1" -f "$HERE/objects.sql"; }
 extversion() { psql -qXAt -d "$1" -c "SELECT extversion FROM pg_extension WHERE extname = 'sharded_seq'"; }
 bad=0
-# compare NAME DB: DB's objects against the golden file
+# compare NAME DB: DB's objects against the golden file.  The diffs are kept
+# for the end, where every install's RESULT line is above them.
 compare() {
     objects "$2" >"$WORK/$2.txt"
     local v lines
@@ -66,7 +67,7 @@ compare() {
     lines="$(diff "$WORK/expected.txt" "$WORK/$2.txt" | grep -c '^[<>]' || true)"
     echo "RESULT $1: version $v, $lines lines differ from $name"
     if [ "$lines" != 0 ] || [ "$v" != "$default" ]; then
-        diff -u --label "$name" --label "$1" "$WORK/expected.txt" "$WORK/$2.txt" | head -n 60 || true
+        diff -u --label "$name" --label "$1" "$WORK/expected.txt" "$WORK/$2.txt" >>"$WORK/diffs" || true
         bad=1
     fi
 }
@@ -107,4 +108,7 @@ for v in "${reach[@]:1}"; do
 done
 compare "$base updated in steps (${reach[*]:1})" steps
 
-[ $bad = 0 ] || fail "an install differs from $name"
+if [ $bad != 0 ]; then
+    head -n 40 "$WORK/diffs"
+    fail "an install differs from $name (the first 40 lines of the diffs are above)"
+fi
