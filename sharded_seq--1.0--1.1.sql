@@ -1,4 +1,7 @@
-/* sharded_seq--1.0--1.1.sql */
+/* sharded_seq--1.0--1.1.sql
+   Part of the install chain, as in PostgreSQL's contrib: the base script
+   sharded_seq--1.0.sql, then each update script; CREATE EXTENSION of a
+   later version runs this one as ALTER EXTENSION ... UPDATE does. */
 
 \echo Use "ALTER EXTENSION sharded_seq UPDATE TO '1.1'" to load this file. \quit
 

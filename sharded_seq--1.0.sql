@@ -1,4 +1,7 @@
-/* sharded_seq--1.0.sql */
+/* sharded_seq--1.0.sql
+   The base script: every version installs as this script followed by the
+   update scripts sharded_seq--X--Y.sql up to it, as PostgreSQL's contrib
+   modules do (CREATE EXTENSION runs the chain itself). */
 
 \echo Use "CREATE EXTENSION sharded_seq" to load this file. \quit
 

@@ -272,3 +272,33 @@ draw_sessions() {
     psql -qX -v ON_ERROR_STOP=1 -d "$db" \
         -c "\\copy drawn FROM '$WORK/draw.$db.$phase.all' WITH (DELIMITER ' ')" >/dev/null
 }
+
+# install_versions: every version the install scripts provide, oldest first,
+# one a line: the base script's (sharded_seq--X.sql, of which there is one,
+# as in contrib) and each one its update scripts (sharded_seq--X--Y.sql)
+# reach from it.  Fails with a message without exactly one base script.
+install_versions() {
+    local f v bases=() updates=() reach grew u
+    for f in "$ROOT_DIR"/sharded_seq--*.sql; do
+        [ -e "$f" ] || continue
+        v="${f##*/sharded_seq--}"
+        v="${v%.sql}"
+        if [[ "$v" == *--* ]]; then updates+=("$v"); else bases+=("$v"); fi
+    done
+    if [ ${#bases[@]} != 1 ]; then
+        echo "want one base script sharded_seq--X.sql, found: ${bases[*]:-none}" >&2
+        return 1
+    fi
+    reach=" ${bases[0]} "
+    grew=1
+    while [ $grew = 1 ]; do
+        grew=0
+        for u in "${updates[@]}"; do
+            if [[ "$reach" == *" ${u%%--*} "* && "$reach" != *" ${u##*--} "* ]]; then
+                reach+="${u##*--} "
+                grew=1
+            fi
+        done
+    done
+    printf '%s\n' $reach | sort -V
+}

@@ -46,4 +46,11 @@ echo "==> building for PostgreSQL $PG_MAJOR"
 make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null
 make -s WERROR="${WERROR:-}" PG_CONFIG="$PG_CONFIG" >/dev/null
 echo "==> installing the extension"
+# make install adds files and removes none.  An install script this tree
+# does not ship (such as a full sharded_seq--X.sql from before the scripts
+# became the base 1.0 and its update chain) would stay installed, and CREATE
+# EXTENSION prefers a full script to the chain: remove every one it lacks.
+for f in "$("$PG_CONFIG" --sharedir)"/extension/sharded_seq--*.sql; do
+    if [ -e "$f" ] && [ ! -e "${f##*/}" ]; then $SUDO rm -f "$f"; fi
+done
 $SUDO make -s install PG_CONFIG="$PG_CONFIG" >/dev/null

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The release metadata agrees with the control file: META.json (PGXN) is
-# valid, names an install script that exists, and its versions, like the
-# Debian package's (debian/changelog), are the control file's default_version.
+# The release metadata agrees with the control file and the install scripts:
+# META.json (PGXN) is valid, its file is the base install script that the
+# update chain starts from (sharded_seq--1.0.sql: every version installs as
+# it plus the update scripts, as in contrib) and that chain reaches the
+# default_version, and its versions, like the Debian package's
+# (debian/changelog), are the control file's default_version.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
+source "$HERE/../../scripts/lib.sh"
+cd "$ROOT_DIR"
 default="$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" sharded_seq.control)"
-python3 - "$default" <<'PY'
+versions="$(install_versions)"
+python3 - "$default" $versions <<'PY'
 import json, os, sys
-default = sys.argv[1]
+default, versions = sys.argv[1], sys.argv[2:]
 m = json.load(open("META.json"))
 for key in ("name", "abstract", "version", "maintainer", "license", "provides", "meta-spec"):
     assert key in m, "META.json lacks " + key
@@ -16,8 +21,12 @@ p = m["provides"]["sharded_seq"]
 assert os.path.exists(p["file"]), "META.json names a missing file " + p["file"]
 for v in (m["version"], p["version"]):
     assert v.startswith(default + "."), "META.json version %s is not default_version %s" % (v, default)
-assert p["file"] == "sharded_seq--%s.sql" % default, "META.json file is not the default version's script"
-print("RESULT META.json: version %s, file %s" % (m["version"], p["file"]))
+base = "sharded_seq--%s.sql" % versions[0]
+assert p["file"] == base, "META.json file %s is not the base install script %s" % (p["file"], base)
+assert default in versions, "the update chain from %s does not reach %s: %s" % (base, default, versions)
+guard = '\\echo Use "CREATE EXTENSION sharded_seq" to load this file. \\quit'
+assert guard in open(base).read().splitlines(), base + " lacks the line " + guard
+print("RESULT META.json: version %s, file %s, the base of the chain %s" % (m["version"], p["file"], " ".join(versions)))
 PY
 deb="$(sed -n '1s/^[^(]*(\([^)-]*\).*/\1/p' debian/changelog)"
 echo "RESULT debian/changelog: $deb, default_version: $default"

@@ -67,6 +67,11 @@ echo "RESULT built $(basename "$deb")"
 dpkg -c "$deb" >"$WORK/contents.txt"
 grep -q "usr/lib/postgresql/$MAJOR/lib/sharded_seq.so$" "$WORK/contents.txt"
 grep -q "usr/share/postgresql/$MAJOR/extension/sharded_seq.control$" "$WORK/contents.txt"
+# the install scripts: the base and its update chain, exactly those shipped
+packaged="$(grep -o "usr/share/postgresql/$MAJOR/extension/sharded_seq--.*\.sql$" "$WORK/contents.txt" | sed 's,.*/,,' | sort | tr '\n' ' ')"
+shipped="$(cd "$SRC" && ls sharded_seq--*.sql | sort | tr '\n' ' ')"
+echo "RESULT install scripts in the package: $packaged"
+[ "$packaged" = "$shipped" ] || { echo "the package's install scripts are not the tree's: $shipped"; exit 1; }
 
 echo "==> installing it"
 dpkg -i "$deb" >"$WORK/dpkg.log" 2>&1 || { cat "$WORK/dpkg.log"; exit 1; }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # E4 across ALTER EXTENSION ... UPDATE, from every earlier version: for every
-# full install script sharded_seq--X.sql other than the control file's
-# default_version, install version X, use sequences (database and memcached
-# tier) and counters (exact and buffered) from several sessions, with a real
-# memcached on a loopback port, then ALTER EXTENSION sharded_seq UPDATE.
+# version X below the control file's default_version that the install
+# scripts provide (the base sharded_seq--1.0.sql and each version its update
+# chain reaches: install_versions in scripts/lib.sh), install version X, use
+# sequences (database and memcached tier) and counters (exact and buffered)
+# from several sessions, with a real memcached on a loopback port, then
+# ALTER EXTENSION sharded_seq UPDATE.
 # Every counter total must be kept, no value may repeat, every later value
 # must be above every value its shard handed out before (for the one-shard
 # memcached tier: above every earlier value), and the extension must be at
@@ -17,15 +19,14 @@ source "$HERE/../../scripts/lib.sh"
 default="$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$ROOT_DIR/sharded_seq.control")"
 [ -n "$default" ] || { echo "no default_version in sharded_seq.control"; exit 1; }
 older=()
-for f in "$ROOT_DIR"/sharded_seq--*.sql; do
-    v="${f##*/sharded_seq--}"
-    v="${v%.sql}"
-    [[ "$v" == *--* ]] && continue          # an update script, not a full install
-    [ "$v" = "$default" ] && continue
+versions="$(install_versions)" || exit 1
+for v in $versions; do              # oldest first
+    [ "$v" = "$default" ] && break
     older+=("$v")
 done
+[[ " $(echo $versions) " == *" $default "* ]] || { echo "the install scripts do not provide $default: $(echo $versions)"; exit 1; }
 if [ ${#older[@]} = 0 ]; then
-    echo "SKIP no version older than the default $default has a full install script (sharded_seq--X.sql): nothing to update from"
+    echo "SKIP no version older than the default $default has install scripts: nothing to update from"
     exit 77
 fi
 echo "default_version $default; updating from: ${older[*]}"
