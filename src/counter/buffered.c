@@ -5,8 +5,9 @@
  *	  The commit side is the engine's (engine.c reserves a slot at
  *	  PRE_COMMIT); this file is the flush side.
  *
- * Mode 'memcached' borrows the same slot table when memcached is down or
- * batching (memcached.c): its amounts are flushed here too, or forwarded.
+ * Mode 'memcached' stages amounts in the same slot table while the worker
+ * batches them to memcached (memcached.c); an amount still there when
+ * memcached is down, or when the counter left that mode, is flushed here.
  */
 #include "postgres.h"
 
