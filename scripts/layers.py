@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 LAYERS = {"common": 0, "sequence": 1, "counter": 1, "worker": 2, ".": 3}
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]', re.M)
 
 
 def folder_of(path, src):
@@ -99,6 +99,8 @@ def self_test():
                                          "worker/worker.c": '#include "counter/counter_internal.h"\n'},
         "file cycle": {"common/common.h": '#include "common/a.h"\n', "common/a.h": '#include "common/common.h"\n'},
         "unknown folder": {"misc/x.c": ""},
+        "upward include in angle brackets": {"common/common.h": "#include <worker/worker.h>\n",
+                                             "worker/worker.h": '#include "common/common.h"\n'},
     }
     ok = True
     for what, tree in cases.items():

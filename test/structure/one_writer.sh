@@ -3,7 +3,8 @@
 # src/counter/rows.c, which marks the layout word first (the rule kept totals
 # stand on, src/counter/layout.c):
 #   - no heap write (heap_insert, heap_update, heap_delete, heap_multi_insert,
-#     simple_heap_*, ShardedHeapUpdate, CatalogTuple*) outside ShardWrite;
+#     simple_heap_*, table_tuple_*, ShardedHeapUpdate, CatalogTuple*) outside
+#     ShardWrite;
 #   - no SQL that writes counter_shards outside rows.c, and in rows.c only in
 #     functions that run it through ShardRowsSql (which calls ShardWrite);
 #   - ShardWrite's first statement marks the layout word.
@@ -30,8 +31,12 @@ def functions(text):
 def strip_comments(t):
     return re.sub(r'/\*.*?\*/', lambda m: '\n' * m.group(0).count('\n'), t, flags=re.S)
 
-HEAP = re.compile(r'\b(heap_insert|heap_update|heap_delete|heap_multi_insert|simple_heap_\w+|ShardedHeapUpdate|CatalogTuple\w+)\s*\(')
-SQL = re.compile(r'(INSERT\s+INTO|UPDATE|DELETE\s+FROM|COPY|TRUNCATE(\s+TABLE)?)\s+(ONLY\s+)?sharded_seq\.counter_shards\b', re.I)
+HEAP = re.compile(r'\b(heap_insert|heap_update|heap_delete|heap_multi_insert|simple_heap_\w+|'
+                  r'table_tuple_(insert|update|delete)|table_multi_insert|simple_table_tuple_\w+|'
+                  r'ShardedHeapUpdate|CatalogTuple\w+)\s*\(')
+# the table, qualified or not, quoted or not (in a C string: \")
+TABLE = r'(\\?"?sharded_seq\\?"?\s*\.\s*)?\\?"?counter_shards\b'
+SQL = re.compile(r'(INSERT\s+INTO|UPDATE|DELETE\s+FROM|COPY|TRUNCATE(\s+TABLE)?|MERGE\s+INTO)\s+(ONLY\s+)?' + TABLE, re.I)
 bad = []
 writers = 0
 for path in sorted(glob.glob('src/**/*.c', recursive=True)):
