@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""scripts/layers.py [--self-test] [SRC_DIR]: check the layering of src/ from
-its #include lines.
+"""scripts/layers.py [--self-test] [--objects] [SRC_DIR]: check the layering
+of src/ from its #include lines, and with --objects from the calls the built
+objects (src/**/*.o) make to each other's symbols.
 
 The subsystems and their layers, lowest first:
     common (0)  <  sequence, counter (1)  <  worker (2)  <  module.c (3)
@@ -8,7 +9,10 @@ Rules:
   1. a file includes headers of its own folder or of a lower layer only
      (sequence and counter, on one layer, never include each other);
   2. from outside a folder, only its door is included: FOLDER/FOLDER.h;
-  3. no include cycle, between files or between folders.
+  3. no include cycle, between files or between folders;
+  4. an #include names a file literally ("x" or <x>), not through a macro;
+  5. (--objects) an object calls only functions and reads only variables
+     defined in its own folder or a lower layer.
 Prints each violation and exits 1; exits 0 when the tree keeps the rules.
 """
 import os
@@ -29,7 +33,8 @@ def check(src):
     problems = []
     files = []
     for root, _, names in os.walk(src):
-        files += [os.path.join(root, n) for n in names if n.endswith((".c", ".h"))]
+        files += [os.path.join(root, n) for n in names
+                  if not n.endswith((".o", ".bc", ".so", ".md"))]
     for f in files:
         if folder_of(f, src) not in LAYERS:
             problems.append(f"{os.path.relpath(f, src)}: folder is not a known subsystem "
@@ -38,7 +43,12 @@ def check(src):
     for f in sorted(files):
         here = folder_of(f, src)
         edges[f] = set()
-        for inc in INCLUDE.findall(open(f, encoding="utf-8").read()):
+        text = re.sub(r'/\*.*?\*/', ' ', open(f, encoding="utf-8", errors="replace").read(), flags=re.S)
+        text = re.sub(r'//[^\n]*', '', text)
+        for m in re.finditer(r'^\s*#\s*include\b(.*)$', text, re.M):
+            if not re.match(r'\s*["<]', m.group(1)):
+                problems.append(f"{os.path.relpath(f, src)}: #include{m.group(1)}: name the header literally")
+        for inc in INCLUDE.findall(text):
             # our headers: next to the file, or under src/ (-I src)
             target = None
             for cand in (os.path.join(os.path.dirname(f), inc), os.path.join(src, inc)):
@@ -86,6 +96,39 @@ def check(src):
     return problems, len(files)
 
 
+def check_objects(src):
+    """Calls between the built objects keep the layers too (rule 5)."""
+    import subprocess
+    objs = []
+    for root, _, names in os.walk(src):
+        objs += [os.path.join(root, n) for n in names if n.endswith(".o")]
+    if not objs:
+        return ["no objects under src/: build first (make)"], 0
+    defined, needs = {}, {}
+    for o in objs:
+        out = subprocess.run(["nm", "-P", o], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) < 2:
+                continue
+            sym, kind = parts[0], parts[1]
+            if kind == "U":
+                needs.setdefault(o, set()).add(sym)
+            elif kind in "TDBRCGS":
+                defined[sym] = o
+    problems = []
+    for o, syms in needs.items():
+        here = folder_of(o, src)
+        for sym in sorted(syms):
+            if sym not in defined:
+                continue
+            there = folder_of(defined[sym], src)
+            if there != here and LAYERS.get(there, 9) >= LAYERS.get(here, -1):
+                problems.append(f"{os.path.relpath(o, src)} uses {sym} of "
+                                f"{os.path.relpath(defined[sym], src)}: {there} is not below {here}")
+    return problems, len(objs)
+
+
 def self_test():
     """The checker must catch each kind of violation."""
     cases = {
@@ -99,6 +142,12 @@ def self_test():
                                          "worker/worker.c": '#include "counter/counter_internal.h"\n'},
         "file cycle": {"common/common.h": '#include "common/a.h"\n', "common/a.h": '#include "common/common.h"\n'},
         "unknown folder": {"misc/x.c": ""},
+        "include through a macro": {"common/common.h": '#define W "worker/worker.h"\n#include W\n'},
+        "include with a comment": {"common/common.h": '#include /* c */ "worker/worker.h"\n',
+                                   "worker/worker.h": '#include "common/common.h"\n'},
+        "upward include in another kind of file": {"common/common.h": '#include "common/up.inc"\n',
+                                                   "common/up.inc": '#include "worker/worker.h"\n',
+                                                   "worker/worker.h": ""},
         "upward include in angle brackets": {"common/common.h": "#include <worker/worker.h>\n",
                                              "worker/worker.h": '#include "common/common.h"\n'},
     }
@@ -127,9 +176,17 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if args and args[0] == "--self-test":
         sys.exit(0 if self_test() else 1)
+    objects = bool(args) and args[0] == "--objects"
+    if objects:
+        args = args[1:]
     src = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
     problems, n = check(os.path.normpath(src))
+    summary = f"{n} files checked"
+    if objects:
+        more, nobj = check_objects(os.path.normpath(src))
+        problems += more
+        summary += f", calls between {nobj} objects checked"
     for p in problems:
         print("LAYERING:", p)
-    print(f"{n} files checked, {len(problems)} violations")
+    print(f"{summary}, {len(problems)} violations")
     sys.exit(1 if problems else 0)

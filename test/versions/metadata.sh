@@ -17,6 +17,8 @@ default, versions = sys.argv[1], sys.argv[2:]
 m = json.load(open("META.json"))
 for key in ("name", "abstract", "version", "maintainer", "license", "provides", "meta-spec"):
     assert key in m, "META.json lacks " + key
+# PGXN's Meta Spec has one version; a validator checks the file against the one it claims
+assert m["meta-spec"]["version"] == "1.0.0", "META.json claims meta-spec %s; PGXN's is 1.0.0" % m["meta-spec"]["version"]
 p = m["provides"]["sharded_seq"]
 assert os.path.exists(p["file"]), "META.json names a missing file " + p["file"]
 for v in (m["version"], p["version"]):

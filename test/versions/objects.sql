@@ -3,8 +3,9 @@
 -- function's definition, rights and comment, the schema's relations (views
 -- with their definition), columns and their order, constraints, indexes,
 -- triggers and when they fire, the schema's rights, the tables pg_dump dumps,
--- the rights an install granted (pg_init_privs) and the sequence's
--- parameters.  A relation's options are a set: ALTER TABLE ... SET appends
+-- the rights an install granted (pg_init_privs), the sequence's
+-- parameters, columns' collation, storage and statistics target, row
+-- security policies and rules.  A relation's options are a set: ALTER TABLE ... SET appends
 -- a changed one, so an update orders them differently from a CREATE TABLE.
 -- pg_dump leaves an extension's members out: the catalogs are read directly.
 SET search_path = public;
@@ -37,6 +38,8 @@ SELECT 'column ' || a.attrelid::regclass || '.' || a.attname || ' ' || format_ty
        || coalesce(pg_get_expr(ad.adbin, ad.adrelid), '-')
        || coalesce(' acl ' || a.attacl::text, '') || coalesce(' comment ' || col_description(a.attrelid, a.attnum), '')
        || ' position ' || row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum)
+       || ' collation ' || coalesce(NULLIF(a.attcollation, 0)::regcollation::text, '-')
+       || ' storage ' || a.attstorage::text || ' statistics ' || coalesce(a.attstattarget::text, '-')
   FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
   LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
  WHERE c.relnamespace = 'sharded_seq'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
@@ -68,4 +71,16 @@ SELECT l FROM (SELECT 'initprivs ' || pg_describe_object(ip.classoid, ip.objoid,
  WHERE EXISTS (SELECT FROM pg_depend d
                 WHERE d.classid = ip.classoid AND d.objid = ip.objoid AND d.objsubid = 0 AND d.deptype = 'e'
                   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'sharded_seq'))
+) s ORDER BY l COLLATE "C";
+SELECT l FROM (SELECT 'policy ' || p.polrelid::regclass || ' ' || p.polname || ' ' || p.polcmd::text
+       || ' permissive ' || p.polpermissive || ' roles ' || p.polroles::text
+       || ' using ' || coalesce(pg_get_expr(p.polqual, p.polrelid), '-')
+       || ' check ' || coalesce(pg_get_expr(p.polwithcheck, p.polrelid), '-') AS l
+  FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+ WHERE c.relnamespace = 'sharded_seq'::regnamespace
+) s ORDER BY l COLLATE "C";
+SELECT l FROM (SELECT 'rule ' || r.ev_class::regclass || ' ' || r.rulename || ' ' || r.ev_enabled::text
+       || ' ' || pg_get_ruledef(r.oid) AS l
+  FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+ WHERE c.relnamespace = 'sharded_seq'::regnamespace AND r.rulename <> '_RETURN'
 ) s ORDER BY l COLLATE "C";
