@@ -9,6 +9,20 @@
 #define SHARDED_SEQ_COUNTER_INTERNAL_H
 
 #include "counter/counter.h"
+#include "common/hashfn.h"
+
+/*
+ * A counter of one installation in one database, hashed: where its slot
+ * (slots.c) and its layout word (layout.c) are looked for.
+ */
+static inline uint32
+CounterKeyHash(Oid dbid, Oid install, int32 counter_id)
+{
+	uint32		h = murmurhash32((uint32) counter_id);
+
+	h = hash_combine(h, murmurhash32((uint32) install));
+	return hash_combine(h, murmurhash32((uint32) dbid));
+}
 
 /* rows.c: row access; ShardWrite is the only writer of shard rows */
 typedef struct ShardRef

@@ -105,11 +105,7 @@ static bool ChangingAll = false;	/* every bucket: moves net_epoch at the end */
 static pg_atomic_uint64 *
 LayoutBucket(int32 counter_id)
 {
-	/* the same counter in another database or installation: another bucket */
-	uint32		h = murmurhash32((uint32) counter_id);
-
-	h = hash_combine(h, murmurhash32((uint32) ConfigRelid("counter_config")));
-	h = hash_combine(h, murmurhash32((uint32) MyDatabaseId));
+	uint32		h = CounterKeyHash(MyDatabaseId, ConfigRelid("counter_config"), counter_id);
 
 	return &Words->layout[h % LAYOUT_BUCKETS];
 }

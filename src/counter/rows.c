@@ -1265,6 +1265,8 @@ MaintainCounterRows(int32 counter_id, int32 base, bool fold,
 
 /* ---- the one door for writing shard rows ---- */
 
+/* set while ShardWrite runs one of the plans below: rows_changed_elsewhere
+ * then knows the write for the engine's own */
 static bool EngineSqlWriting = false;
 
 /*
@@ -1483,13 +1485,6 @@ ShardRowsDrop(int32 id)
 	ShardRowsSql(plan, args, SPI_OK_DELETE, id, "drop counter");
 }
 
-/* Is the engine writing shard rows through SQL right now? */
-static bool
-EngineWritesShardRows(void)
-{
-	return EngineSqlWriting;
-}
-
 /*
  * May a node-0 session trust a pinned counter's rows to be exactly shards
  * 0 .. shards-1, as the fast read does?  Not once any node has claimed an
@@ -1564,7 +1559,7 @@ rows_changed_elsewhere(PG_FUNCTION_ARGS)
 		}
 		else
 			LayoutChangingAll();
-		if (EngineWritesShardRows())
+		if (EngineSqlWriting)
 			return PointerGetDatum(NULL);
 	}
 	else if (InSecurityRestrictedOperation() && GetUserId() == ExtensionOwner())

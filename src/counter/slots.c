@@ -163,15 +163,6 @@ SlotsAvailable(void)
 	return Shared != NULL;
 }
 
-static uint32
-SlotHash(Oid dbid, Oid install, int32 counter_id)
-{
-	uint32		h = murmurhash32((uint32) counter_id);
-
-	h = hash_combine(h, murmurhash32((uint32) install));
-	return hash_combine(h, murmurhash32((uint32) dbid));
-}
-
 static bool
 SlotIs(BufferSlot *s, Oid dbid, Oid install, int32 counter_id)
 {
@@ -196,7 +187,7 @@ static BufferSlot *
 FindSlot(Oid dbid, Oid install, int32 counter_id)
 {
 	int			n = Shared->nslots;
-	uint32		start = SlotHash(dbid, install, counter_id) % (uint32) n;
+	uint32		start = CounterKeyHash(dbid, install, counter_id) % (uint32) n;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -246,7 +237,7 @@ PinSlot(Oid install, int32 counter_id, bool claim)
 		if (s == NULL && Shared->used < Shared->nslots - Shared->nslots / 4)
 		{
 			int			n = Shared->nslots;
-			uint32		start = SlotHash(MyDatabaseId, install, counter_id) % (uint32) n;
+			uint32		start = CounterKeyHash(MyDatabaseId, install, counter_id) % (uint32) n;
 
 			for (int i = 0; i < n && s == NULL; i++)
 			{
@@ -544,7 +535,7 @@ ClearTombstones(void)
 			any_dead = true;
 		if (pg_atomic_read_u32(&s->state) != SLOT_USED)
 			continue;
-		h = (int) (SlotHash(s->dbid, s->install, s->counter_id) % (uint32) n);
+		h = (int) (CounterKeyHash(s->dbid, s->install, s->counter_id) % (uint32) n);
 		if (h <= j)
 		{
 			delta[h]++;
