@@ -72,10 +72,9 @@ typedef struct ShardWriteOp
 	Datum	   *args;
 	int			expected;
 	const char *what;
-	TM_Result	result;			/* out */
 } ShardWriteOp;
 
-static ShardWriteOp ShardWrite(ShardWriteOp *op);
+static TM_Result ShardWrite(const ShardWriteOp *op);
 
 
 #define Anum_shard_counter_id	1
@@ -735,7 +734,7 @@ UpdateShard(Relation rel, int32 counter_id, ShardRef *ref, int64 delta,
 
 		result = ShardWrite(&(ShardWriteOp) {
 			.kind = WRITE_UPDATE, .counter_id = counter_id, .rel = rel,
-			.tid = &tid, .tuple = newtup, .wait = wait, .tmfd = &tmfd}).result;
+			.tid = &tid, .tuple = newtup, .wait = wait, .tmfd = &tmfd});
 		heap_freetuple(newtup);
 		switch (result)
 		{
@@ -1105,7 +1104,7 @@ DeleteAsRead(Relation rel, int32 counter_id, ItemPointer tid)
 
 	return ShardWrite(&(ShardWriteOp) {
 		.kind = WRITE_DELETE, .counter_id = counter_id, .rel = rel,
-		.tid = tid, .tmfd = &tmfd}).result == TM_Ok;
+		.tid = tid, .tmfd = &tmfd}) == TM_Ok;
 }
 
 /*
@@ -1278,12 +1277,12 @@ static bool EngineSqlWriting = false;
  * as the plan runs, and no other write.  Nothing else in the extension
  * writes counter_shards (test/structure/one_writer.sh checks it).
  */
-static ShardWriteOp
-ShardWrite(ShardWriteOp *op)
+static TM_Result
+ShardWrite(const ShardWriteOp *op)
 {
-	ShardWriteOp done = *op;
 	LockTupleMode lockmode;
 	ShardedIndexUpdate indexes;
+	TM_Result	result;
 	int			rc;
 
 	LayoutChanging(op->counter_id);
@@ -1292,37 +1291,34 @@ ShardWrite(ShardWriteOp *op)
 		case WRITE_INSERT:
 			heap_insert(op->rel, op->tuple, GetCurrentCommandId(true), op->options, NULL);
 			InsertIndexEntries(op->rel, op->tuple, false, false);
-			done.result = TM_Ok;
-			break;
+			return TM_Ok;
 		case WRITE_UPDATE:
-			done.result = ShardedHeapUpdate(op->rel, op->tid, op->tuple,
-											GetCurrentCommandId(true), InvalidSnapshot,
-											op->wait, op->tmfd, &lockmode, &indexes);
-			if (done.result == TM_Ok && indexes != INDEX_UPDATE_NONE)
+			result = ShardedHeapUpdate(op->rel, op->tid, op->tuple,
+									   GetCurrentCommandId(true), InvalidSnapshot,
+									   op->wait, op->tmfd, &lockmode, &indexes);
+			if (result == TM_Ok && indexes != INDEX_UPDATE_NONE)
 				InsertIndexEntries(op->rel, op->tuple, true,
 								   indexes == INDEX_UPDATE_SUMMARIZING);
-			break;
+			return result;
 		case WRITE_DELETE:
-			done.result = heap_delete(op->rel, op->tid, GetCurrentCommandId(true),
-									  InvalidSnapshot, false, op->tmfd, false);
-			break;
+			return heap_delete(op->rel, op->tid, GetCurrentCommandId(true),
+							   InvalidSnapshot, false, op->tmfd, false);
 		case WRITE_SQL:
-			EngineSqlWriting = true;
-			PG_TRY();
-			{
-				rc = SPI_execute_plan(op->plan, op->args, NULL, false, 0);
-			}
-			PG_FINALLY();
-			{
-				EngineSqlWriting = false;
-			}
-			PG_END_TRY();
-			if (rc != op->expected)
-				elog(ERROR, "could not %s: %s", op->what, SPI_result_code_string(rc));
-			done.result = TM_Ok;
 			break;
 	}
-	return done;
+	EngineSqlWriting = true;
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(op->plan, op->args, NULL, false, 0);
+	}
+	PG_FINALLY();
+	{
+		EngineSqlWriting = false;
+	}
+	PG_END_TRY();
+	if (rc != op->expected)
+		elog(ERROR, "could not %s: %s", op->what, SPI_result_code_string(rc));
+	return TM_Ok;
 }
 
 /* Run one of the SQL plans below (as the owner, inside BeginAsOwner). */

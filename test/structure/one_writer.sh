@@ -84,7 +84,7 @@ if len(sw) != 1:
     bad.append("src/counter/rows.c: no single ShardWrite function")
 else:
     stmts = [s.strip() for s in sw[0][1:].split(';') if s.strip()]
-    first = next((s for s in stmts if not re.match(r'^(ShardWriteOp|LockTupleMode|ShardedIndexUpdate|int)\s', s)), '')
+    first = next((s for s in stmts if not re.match(r'^(ShardWriteOp|LockTupleMode|ShardedIndexUpdate|TM_Result|int)\s', s)), '')
     if not first.startswith('LayoutChanging(op->counter_id)'):
         bad.append(f"src/counter/rows.c: ShardWrite does not mark the layout word first (first statement: {first[:60]!r})")
 for b in bad:
