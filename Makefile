@@ -2,7 +2,7 @@ EXTENSION = sharded_seq
 MODULE_big = sharded_seq
 OBJS = src/module.o src/common/registry.o \
 	src/common/catalog.o src/common/privileges.o src/common/cache.o src/common/memcache.o src/common/node.o \
-	src/common/replication.o src/common/stats.o \
+	src/common/replication.o src/common/stats.o src/common/wait_point.o \
 	src/sequence/engine.o src/sequence/admin.o \
 	src/counter/engine.o src/counter/rows.o src/counter/layout.o src/counter/kept.o \
 	src/counter/slots.o src/counter/buffered.o src/counter/memcached.o \
@@ -15,7 +15,17 @@ PGFILEDESC = "sharded_seq - sharded sequences and counters"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --load-extension=sharded_seq
+# isolation specs: specs/NAME.spec, expected/NAME.out (test/README.md)
+ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
+ISOLATION_OPTS = --load-extension=sharded_seq
+# TAP tests: t/*.pl, with PostgreSQL::Test::Cluster and t/ShardedSeq/*.pm
+TAP_TESTS = 1
 SHLIB_LINK = -lmemcached
+
+# Test builds hold wait points (src/common/wait_point.c): make WAIT_POINTS=1
+ifdef WAIT_POINTS
+PG_CPPFLAGS += -DSHARDED_SEQ_WAIT_POINTS
+endif
 
 # Tests build with warnings as errors: make WERROR=1
 ifdef WERROR
@@ -25,6 +35,9 @@ endif
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# the tests' own Perl modules (t/ShardedSeq/)
+PG_PROVE_FLAGS += -I $(srcdir)/t
 
 # every object depends on the shared headers (PGXS tracks no header changes)
 $(OBJS): $(wildcard src/*/*.h)

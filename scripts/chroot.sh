@@ -41,7 +41,7 @@ flock 9
 # sid's Release file may be past its Valid-Until on the mirror.
 APT_OPTS=(-o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false)
 PACKAGES=(postgresql-$major postgresql-server-dev-$major postgresql-server-dev-all
-          postgresql-$major-pgtap libtap-parser-sourcehandler-pgtap-perl
+          postgresql-$major-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
           libmemcached-dev libmemcached-tools memcached make gcc python3 gdb
           build-essential debhelper dpkg-dev fakeroot ca-certificates postgresql-all)
 
@@ -118,7 +118,7 @@ fi
 rm -rf "$CH/build/sharded_seq"
 mkdir -p "$CH/build/sharded_seq"
 tar -C "$ROOT_DIR" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
-    --exclude=./results --exclude=./log --exclude=./tmp_check \
+    --exclude=./results --exclude=./log --exclude=./tmp_check --exclude=./output_iso \
     --exclude=./regression.diffs --exclude=./regression.out -cf - . |
     tar -C "$CH/build/sharded_seq" -xf -
 

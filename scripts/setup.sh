@@ -30,7 +30,7 @@ contrib=()
 need=()
 for pkg in postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR "${contrib[@]}" libmemcached-dev \
            libmemcached-tools memcached postgresql-$PG_MAJOR-pgtap \
-           libtap-parser-sourcehandler-pgtap-perl make gcc python3 gdb \
+           libtap-parser-sourcehandler-pgtap-perl libipc-run-perl make gcc python3 gdb \
            build-essential debhelper dpkg-dev fakeroot postgresql-server-dev-all postgresql-all; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
@@ -44,7 +44,7 @@ fi
 export PATH="/usr/lib/postgresql/$PG_MAJOR/bin:$PATH"
 echo "==> building for PostgreSQL $PG_MAJOR"
 make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null
-make -s WERROR="${WERROR:-}" PG_CONFIG="$PG_CONFIG" >/dev/null
+make -s WERROR="${WERROR:-}" WAIT_POINTS="${WAIT_POINTS:-}" PG_CONFIG="$PG_CONFIG" >/dev/null
 echo "==> installing the extension"
 # make install adds files and removes none.  An install script this tree
 # does not ship (such as a full sharded_seq--X.sql from before the scripts

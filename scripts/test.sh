@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # scripts/test.sh [PATTERN]: install what is missing, build with warnings as
-# errors, and run every pg_regress test, pgTAP file, stress test and version
-# test (test/versions/) in throwaway clusters, and the checks of the tree
-# itself (test/structure/), on the host's PostgreSQL 15 (or
-# the major in PG_MAJOR).  With PATTERN, run only the tests whose name as
-# listed (regress/NAME, pgtap/NAME, structure/NAME, stress/NAME, versions/NAME)
-# contains it:
-# a test's name, or a group such as versions.
+# errors and with wait points (make WAIT_POINTS=1), and run every pg_regress
+# test (sql/), isolation spec (specs/), pgTAP file (test/*.sql), TAP test
+# (t/*.pl), stress test and version test (test/versions/) in throwaway
+# clusters, and the checks of the tree itself (test/structure/), on the
+# host's PostgreSQL 15 (or the major in PG_MAJOR).  With PATTERN, run only
+# the tests whose name as listed (regress/NAME, isolation/NAME, pgtap/NAME,
+# tap/NAME, structure/NAME, stress/NAME, versions/NAME) contains it: a
+# test's name, or a group such as versions.
 #
 # scripts/test.sh --all-versions [PATTERN]: the same on PostgreSQL 15 (the
 # host), 17 (a trixie chroot) and 18 (a sid chroot), one after the other, then
@@ -24,7 +25,7 @@ fi
 PATTERN="${1:-}"
 export PG_MAJOR="${PG_MAJOR:-15}"
 
-if ! WERROR=1 scripts/setup.sh; then
+if ! WERROR=1 WAIT_POINTS=1 scripts/setup.sh; then
     echo "build failed"
     echo "0 passed, 1 failed"
     exit 1
@@ -71,6 +72,29 @@ if [ ${#regress[@]} -gt 0 ]; then
     done
 fi
 
+# isolation specs: each spec is one result
+iso=()
+for f in specs/*.spec; do
+    [ -e "$f" ] || continue
+    t="$(basename "$f" .spec)"
+    wanted "isolation/$t" && iso+=("$t")
+done
+if [ ${#iso[@]} -gt 0 ]; then
+    echo "==> isolation"
+    rm -rf output_iso
+    make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
+        REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation.log" 2>&1
+    for t in "${iso[@]}"; do
+        if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$WORK/isolation.log"; then
+            record 0 "isolation/$t"
+        else
+            [ -f output_iso/results/$t.out ] && diff -u "expected/$t.out" "output_iso/results/$t.out" >"$WORK/iso_$t.diff" 2>&1
+            [ -f "$WORK/iso_$t.diff" ] || cp "$WORK/isolation.log" "$WORK/iso_$t.diff"
+            record 1 "isolation/$t" "$WORK/iso_$t.diff"
+        fi
+    done
+fi
+
 # pgTAP: each file runs in a fresh database and is one result
 echo "==> pgTAP"
 for f in test/*.sql; do
@@ -81,6 +105,40 @@ for f in test/*.sql; do
     timeout 300 pg_prove -d "$db" "$f" >"$WORK/tap_$t.log" 2>&1
     record $? "pgtap/$t" "$WORK/tap_$t.log"
 done
+
+# TAP tests: each t/*.pl is one result.  They start their own clusters
+# (PostgreSQL::Test::Cluster), which initdb refuses to do as root: as root,
+# they run as the postgres user from a copy of t/ it can read.
+taps=()
+for f in t/*.pl; do
+    [ -e "$f" ] || continue
+    t="$(basename "$f" .pl)"
+    wanted "tap/$t" && taps+=("$t")
+done
+if [ ${#taps[@]} -gt 0 ]; then
+    echo "==> tap"
+    pgxs="$("/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" --pkglibdir)/pgxs"
+    cp -r t "$WORK/t"
+    [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/t"
+    for t in "${taps[@]}"; do
+        start=$(date +%s)
+        mkdir -p "$WORK/tap/$t"
+        [ "$(id -u)" = 0 ] && chown postgres: "$WORK/tap/$t"
+        (as_pg timeout 900 env -u PGHOST -u PGPORT -u PGUSER -u PGDATA -u PGDATABASE \
+            TESTDIR="$WORK/tap/$t" PATH="$PGBIN:$PATH" PG_REGRESS="$pgxs/src/test/regress/pg_regress" \
+            prove -v -I "$pgxs/src/test/perl" -I "$WORK/t" "$WORK/t/$t.pl") >"$WORK/tap_$t.log" 2>&1
+        status=$?
+        if [ $status != 0 ]; then
+            # the cluster logs of the failed test, after prove's summary
+            for l in "$WORK/tap/$t"/tmp_check/log/*; do
+                [ -f "$l" ] && { echo "--- $l"; tail -n 30 "$l"; } >>"$WORK/tap_$t.log"
+            done
+        fi
+        record $status "tap/$t ($(( $(date +%s) - start ))s)" "$WORK/tap_$t.log"
+        # each assertion's name, and each RESULT a test notes (its numbers)
+        [ $status = 0 ] && grep -E '^(ok [0-9]+ - |# RESULT )' "$WORK/tap_$t.log" | sed 's/^# //; s/^/        /'
+    done
+fi
 
 # structure, stress and version tests: checks of the tree itself
 # (test/structure/), and tests that start (and crash) clusters of their own.

@@ -43,6 +43,21 @@
 #define SHARDED_SEQ_LOCK_CLASS	0x53534551	/* 'SSEQ' */
 #define SHARDED_SEQ_FLUSH_CLASS 0x53534652	/* 'SSFR' */
 
+/*
+ * WAIT_POINT("name"): a place where a test can hold this backend (see
+ * wait_point.c).  Only test builds (make WAIT_POINTS=1) have them; elsewhere
+ * the macro is nothing.  Never place one where the backend holds an LWLock
+ * or a spinlock, or inside a critical section: it waits on a lock.
+ */
+#define WAIT_POINT_CLASS		0x53535750	/* 'SSWP' */
+#define WAIT_BACKEND_CLASS		0x53534242	/* 'SSBB' */
+#ifdef SHARDED_SEQ_WAIT_POINTS
+extern void WaitPointReached(const char *name);
+#define WAIT_POINT(name)		WaitPointReached(name)
+#else
+#define WAIT_POINT(name)		((void) 0)
+#endif
+
 /* How a counter takes increments: counter_config.mode */
 typedef enum CounterMode
 {

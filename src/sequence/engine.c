@@ -194,6 +194,8 @@ LoadSequenceConfig(SeqEntry *entry)
 	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
 							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.sequence_config");
+	/* a change may commit here, after the snapshot (test/specs config_race) */
+	WAIT_POINT("sequence-config-read");
 
 	if (SPI_processed == 1)
 	{
