@@ -125,7 +125,7 @@ if [ ${#taps[@]} -gt 0 ]; then
         mkdir -p "$WORK/tap/$t"
         [ "$(id -u)" = 0 ] && chown postgres: "$WORK/tap/$t"
         (as_pg timeout 900 env -u PGHOST -u PGPORT -u PGUSER -u PGDATA -u PGDATABASE \
-            TESTDIR="$WORK/tap/$t" PATH="$PGBIN:$PATH" PG_REGRESS="$pgxs/src/test/regress/pg_regress" \
+            TESTDIR="$WORK/tap/$t" TESTDATADIR="$WORK/tap/$t/tmp_check" TESTLOGDIR="$WORK/tap/$t/tmp_check/log" PATH="$PGBIN:$PATH" PG_REGRESS="$pgxs/src/test/regress/pg_regress" \
             prove -v -I "$pgxs/src/test/perl" -I "$WORK/t" "$WORK/t/$t.pl") >"$WORK/tap_$t.log" 2>&1
         status=$?
         if [ $status != 0 ]; then
