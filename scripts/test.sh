@@ -83,7 +83,7 @@ if [ ${#iso[@]} -gt 0 ]; then
     echo "==> isolation"
     rm -rf output_iso
     make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
-        REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation.log" 2>&1
+        WAIT_POINTS=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation.log" 2>&1
     for t in "${iso[@]}"; do
         if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$WORK/isolation.log"; then
             record 0 "isolation/$t"

@@ -67,6 +67,11 @@ echo "RESULT built $(basename "$deb")"
 dpkg -c "$deb" >"$WORK/contents.txt"
 grep -q "usr/lib/postgresql/$MAJOR/lib/sharded_seq.so$" "$WORK/contents.txt"
 grep -q "usr/share/postgresql/$MAJOR/extension/sharded_seq.control$" "$WORK/contents.txt"
+# a normal build has no wait points (only test builds, make WAIT_POINTS=1)
+dpkg-deb -x "$deb" "$WORK/unpacked"
+waits="$(nm -D --defined-only "$WORK/unpacked/usr/lib/postgresql/$MAJOR/lib/sharded_seq.so" | grep -c WaitPoint || true)"
+echo "RESULT wait point symbols in the package's sharded_seq.so: $waits"
+[ "$waits" = 0 ] || { echo "the package was built with wait points"; exit 1; }
 # the install scripts: the base and its update chain, exactly those shipped
 packaged="$(grep -o "usr/share/postgresql/$MAJOR/extension/sharded_seq--.*\.sql$" "$WORK/contents.txt" | sed 's,.*/,,' | sort | tr '\n' ' ')"
 shipped="$(cd "$SRC" && ls sharded_seq--*.sql | sort | tr '\n' ' ')"
