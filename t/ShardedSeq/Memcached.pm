@@ -96,8 +96,9 @@ sub get
 	return $r =~ /^VALUE \S+ \d+ \d+\r\n(.*?)\r\nEND$/s ? $1 : undef;
 }
 
-sub DESTROY { $_[0]->kill('KILL') if $_[0]->{pid}; return; }
+# waitpid sets $?, which at the end of a test is its exit status
+sub DESTROY { local $?; $_[0]->kill('KILL') if $_[0]->{pid}; return; }
 
-END { $_->kill('KILL') for grep { $_->{pid} } @all; }
+END { local $?; $_->kill('KILL') for grep { $_->{pid} } @all; }
 
 1;

@@ -15,7 +15,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(ssq_node ssq_db wait_point_hold wait_point_release
-  wait_point_reached wait_point_sql worker_settled parallel_psql);
+  wait_point_reached wait_point_sql worker_settled parallel_psql
+  draw_sessions check_drawn);
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
@@ -111,7 +112,11 @@ sub wait_point_reached
 
 # parallel_psql(NODE, DB, SQL...): one psql session per SQL, all at once
 # (ON_ERROR_STOP, unaligned tuples only); their outputs, in order, once all
-# have ended.  Dies, with their errors, if one failed.
+# have ended.  Dies, with their errors, if one failed.  A SQL string is one
+# psql -c: one query string, hence one transaction however many statements
+# it holds.  A SQL that is an array reference is a session running each of
+# its strings in turn (one -c each), so that a BEGIN ... ROLLBACK among them
+# leaves the others committed.
 sub parallel_psql
 {
 	my ($node, $db, @sqls) = @_;
@@ -123,7 +128,8 @@ sub parallel_psql
 		  IPC::Run::start(
 			[
 				$node->installed_command('psql'), '-XAtq', '-v',
-				'ON_ERROR_STOP=1', '-d', $node->connstr($db), '-c', $sqls[$i]
+				'ON_ERROR_STOP=1', '-d', $node->connstr($db),
+				map { ('-c', $_) } ref $sqls[$i] ? @{ $sqls[$i] } : $sqls[$i]
 			],
 			'>', \$out[$i], '2>', \$err[$i]);
 	}
@@ -134,6 +140,69 @@ sub parallel_psql
 	}
 	die join("\n", @failed) if @failed;
 	return @out;
+}
+
+# draw_sessions(NODE, DB, PHASE, COUNT, SEQ...): COUNT sessions at once draw
+# from each sharded sequence SEQ, 300 values in committed statements and 50 in
+# a rolled-back transaction; every value goes into table drawn (seq text,
+# v bigint, phase text) of DB, with PHASE, for check_drawn.
+sub draw_sessions
+{
+	my ($node, $db, $phase, $count, @seqs) = @_;
+	my $sql = [
+		map {
+			(   "SELECT '$_', sharded_nextval('$_') FROM generate_series(1, 300)",
+				'BEGIN',
+				"SELECT '$_', sharded_nextval('$_') FROM generate_series(1, 50)",
+				'ROLLBACK')
+		} @seqs
+	];
+	my @out = parallel_psql($node, $db, ($sql) x $count);
+	my $rows = join '', map { s/\|/\t/gr . "\t$phase\n" } grep { /\S/ } map { split /\n/ } @out;
+	$node->safe_psql($db, "COPY drawn FROM STDIN;\n$rows\\.\n");
+	return;
+}
+
+# check_drawn(NODE, DB): one line per sequence of table drawn (the values
+# handed out 'before' and 'after' some event), ending in OK when no value
+# repeats and every 'after' value is above every 'before' value of the same
+# shard (block k of shard i starts at base + (k * shards + i) * block, so a
+# value's shard is known), hence above every 'before' value for a one-shard
+# sequence.  Values of different shards interleave by design.  Every
+# sequence must have values of both phases, and still be in the generation
+# the values came from.
+sub check_drawn
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db, q{
+WITH d AS (
+    SELECT d.seq, d.v, d.phase, ((d.v - s.generation_start) / s.block) % s.shards AS shard
+      FROM drawn d JOIN sharded_seq.sequences s ON s.name = d.seq),
+per_shard AS (
+    SELECT seq, shard,
+           count(*) FILTER (WHERE phase = 'before') AS nb,
+           max(v) FILTER (WHERE phase = 'before') AS maxb,
+           count(*) FILTER (WHERE phase = 'after') AS na,
+           min(v) FILTER (WHERE phase = 'after') AS mina
+      FROM d GROUP BY seq, shard),
+per_seq AS (
+    SELECT d.seq, max(s.shards) AS shards, count(*) AS n, count(*) - count(DISTINCT v) AS dup,
+           count(*) FILTER (WHERE phase = 'before') AS nb,
+           max(v) FILTER (WHERE phase = 'before') AS maxb,
+           count(*) FILTER (WHERE phase = 'after') AS na,
+           min(v) FILTER (WHERE phase = 'after') AS mina
+      FROM d JOIN sharded_seq.sequences s ON s.name = d.seq GROUP BY d.seq)
+SELECT string_agg(format('%s (%s shards): %s values, %s repeated, max before %s, min after %s, later values above the earlier ones in %s of %s shards used before and after',
+                         q.seq, q.shards, q.n, q.dup, q.maxb, q.mina,
+                         (SELECT count(*) FROM per_shard p WHERE p.seq = q.seq AND p.nb > 0 AND p.na > 0 AND p.mina > p.maxb),
+                         (SELECT count(*) FROM per_shard p WHERE p.seq = q.seq AND p.nb > 0 AND p.na > 0)), '; ' ORDER BY q.seq)
+       || CASE WHEN bool_and(q.dup = 0 AND q.nb > 0 AND q.na > 0
+                             AND NOT EXISTS (SELECT FROM per_shard p WHERE p.seq = q.seq
+                                              AND p.nb > 0 AND p.na > 0 AND NOT p.mina > p.maxb)
+                             AND (q.shards > 1 OR q.mina > q.maxb))
+               THEN ' OK' ELSE ' BAD' END
+  FROM per_seq q;
+});
 }
 
 # worker_settled(NODE, DB): wait until the background worker has done its
