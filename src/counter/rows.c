@@ -115,7 +115,7 @@ FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row)
 		ScanKeyInit(&key, Anum_config_id, BTEqualStrategyNumber, F_INT4EQ,
 					Int32GetDatum(id));
 	scan = systable_beginscan(rel, indexid, true, snapshot, 1, &key);
-	/* a change may commit here, after the snapshot (test/specs config_race) */
+	/* a change may commit here, after the snapshot (specs/config_race) */
 	WAIT_POINT("counter-config-read");
 	if (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{

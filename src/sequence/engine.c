@@ -167,6 +167,7 @@ LoadSequenceConfig(SeqEntry *entry)
 	OwnerContext ctx;
 	bool		found = false;
 	uint64		epoch;
+	Snapshot	snapshot;
 	Oid			config_relid;
 
 	args[0] = CStringGetTextDatum(entry->cache.name);
@@ -191,11 +192,12 @@ LoadSequenceConfig(SeqEntry *entry)
 	 */
 	AcceptInvalidationMessages();
 	epoch = ConfigEpoch;
-	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
+	snapshot = GetLatestSnapshot();
+	/* a change may commit here, after the snapshot (specs/config_race) */
+	WAIT_POINT("sequence-config-read");
+	if (SPI_execute_snapshot(plan, args, NULL, snapshot,
 							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.sequence_config");
-	/* a change may commit here, after the snapshot (test/specs config_race) */
-	WAIT_POINT("sequence-config-read");
 
 	if (SPI_processed == 1)
 	{
