@@ -81,7 +81,9 @@ sub command
 	while (my $line = <$s>)
 	{
 		$reply .= $line;
-		last if $line =~ /^(END|STORED|NOT_STORED|DELETED|NOT_FOUND|OK|ERROR|CLIENT_ERROR.*|SERVER_ERROR.*|VERSION .*|\d+)\r\n$/;
+		# a number ends the reply of incr and decr, not a value of get's
+		last if $line =~ /^(END|STORED|NOT_STORED|DELETED|NOT_FOUND|OK|ERROR|CLIENT_ERROR.*|SERVER_ERROR.*|VERSION .*)\r\n$/
+		  || ($reply eq $line && $line =~ /^\d+\r\n$/);
 	}
 	close $s;
 	$reply =~ s/\r\n$//;
@@ -96,7 +98,14 @@ sub get
 	return $r =~ /^VALUE \S+ \d+ \d+\r\n(.*?)\r\nEND$/s ? $1 : undef;
 }
 
-# waitpid sets $?, which at the end of a test is its exit status
+# stat_value(NAME): memcached's statistic NAME (curr_items, incr_hits, ...)
+sub stat_value
+{
+	my ($self, $name) = @_;
+	return $self->command('stats') =~ /^STAT \Q$name\E (\S+)\r$/m ? $1 : undef;
+}
+
+# (local $?: the waitpid in kill must not become the test's exit status)
 sub DESTROY { local $?; $_[0]->kill('KILL') if $_[0]->{pid}; return; }
 
 END { local $?; $_->kill('KILL') for grep { $_->{pid} } @all; }

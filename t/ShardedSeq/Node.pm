@@ -13,10 +13,13 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(ssq_node ssq_db wait_point_hold wait_point_release
   wait_point_reached wait_point_sql worker_settled parallel_psql
-  draw_sessions check_drawn);
+  draw_sessions check_drawn
+  psql_sessions sessions_running sessions_wait values_unique_increasing
+  stop_point stop_load poll_until);
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
@@ -214,6 +217,116 @@ sub worker_settled
 		"SELECT count(*) = 1 FROM sharded_seq.workers WHERE database = '$db' AND last_flush_at IS NOT NULL"
 	) or die "the background worker did not start in $db";
 	return;
+}
+
+# psql_sessions(NODE, DB, NAME, SQL...): one psql per SQL script, all
+# started at once in the background (ON_ERROR_STOP off, unaligned tuples
+# only), for a load that runs while the test does other things.  Session I
+# reads its script from NAME.I.sql and writes NAME.I.out and NAME.I.err in the
+# test's directory (files, so that nobody needs to read them while they run).
+# The sessions, for sessions_running and sessions_wait.
+sub psql_sessions
+{
+	my ($node, $db, $name, @sqls) = @_;
+	my @sessions;
+	for my $i (1 .. @sqls)
+	{
+		my $f = "$PostgreSQL::Test::Utils::tmp_check/$name.$i";
+		PostgreSQL::Test::Utils::append_to_file("$f.sql", $sqls[ $i - 1 ]);
+		push @sessions,
+		  {
+			out => "$f.out",
+			err => "$f.err",
+			run => IPC::Run::start(
+				[
+					$node->installed_command('psql'), '-XAtq', '-v',
+					'ON_ERROR_STOP=0', '-d', $node->connstr($db)
+				],
+				'<', "$f.sql", '>', "$f.out", '2>', "$f.err")
+		  };
+	}
+	return \@sessions;
+}
+
+# sessions_running(SESSIONS): how many of them still run
+sub sessions_running
+{
+	my ($sessions) = @_;
+	return scalar grep { $_->{run}->pumpable } @$sessions;
+}
+
+# sessions_wait(SESSIONS): wait until every one has ended; their outputs and
+# their errors, as two array references (session by session)
+sub sessions_wait
+{
+	my ($sessions) = @_;
+	my (@out, @err);
+	for my $s (@$sessions)
+	{
+		$s->{run}->finish;
+		push @out, PostgreSQL::Test::Utils::slurp_file($s->{out});
+		push @err, PostgreSQL::Test::Utils::slurp_file($s->{err});
+	}
+	return (\@out, \@err);
+}
+
+# values_unique_increasing(WHAT, LISTS...): passes if no value occurs twice
+# across the lists of values (S1), and each list, one session's values in the
+# order it got them, strictly increases (S2); notes the counts as a RESULT.
+sub values_unique_increasing
+{
+	my ($what, @lists) = @_;
+	my (%seen, @dups, @order);
+	my $n = 0;
+	for my $list (@lists)
+	{
+		my $prev;
+		for my $v (@$list)
+		{
+			$n++;
+			push @dups, $v if $seen{$v}++ == 1;
+			push @order, "$v after $prev" if defined $prev && $v <= $prev;
+			$prev = $v;
+		}
+	}
+	note("RESULT $what: values=$n sessions=" . scalar(@lists)
+		  . ' duplicates=' . scalar(@dups) . ' out_of_order=' . scalar(@order));
+	diag("handed out twice: @dups[0 .. ($#dups < 4 ? $#dups : 4)]") if @dups;
+	diag("out of order: @order[0 .. ($#order < 4 ? $#order : 4)]") if @order;
+	return ok($n > 0 && !@dups && !@order,
+		"$what: $n values, none handed out twice, each session's increasing");
+}
+
+# A load that runs until the test has done what it runs for, however long
+# that takes: stop_point(TAG) is psql text that a load's script puts between
+# its transactions, where the session ends once stop_load(NODE, DB, TAG) has
+# run (it creates table load_stop_TAG in DB, which the point looks for).
+sub stop_point
+{
+	my ($tag) = @_;
+	return "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE relname = 'load_stop_$tag') AS stop \\gset\n"
+	  . "\\if :stop\n\\q\n\\endif\n";
+}
+
+sub stop_load
+{
+	my ($node, $db, $tag) = @_;
+	$node->safe_psql($db, "CREATE TABLE load_stop_$tag ()");
+	return;
+}
+
+# poll_until(CODE, WHAT): call CODE every 100 ms until it returns true
+# (bounded by the test timeout, then dies saying it waited for WHAT): for
+# conditions outside one query, such as a memcached statistic
+sub poll_until
+{
+	my ($code, $what) = @_;
+	for (1 .. 10 * $PostgreSQL::Test::Utils::timeout_default)
+	{
+		return 1 if $code->();
+		usleep(100_000);
+	}
+	die "timed out waiting for $what";
 }
 
 1;
