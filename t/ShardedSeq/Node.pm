@@ -15,7 +15,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(ssq_node ssq_db wait_point_hold wait_point_release
-  wait_point_reached wait_point_sql worker_settled parallel_psql);
+  wait_point_reached wait_point_sql worker_settled parallel_psql
+  load_start load_finish load_cut_off ledger_check);
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
@@ -145,6 +146,68 @@ sub worker_settled
 		"SELECT count(*) = 1 FROM sharded_seq.workers WHERE database = '$db' AND last_flush_at IS NOT NULL"
 	) or die "the background worker did not start in $db";
 	return;
+}
+
+# load_start(NODE, DB, NAME, SCRIPTS...): one psql per SQL script (written to
+# a file, ON_ERROR_STOP off, unaligned tuples), all started at once and left
+# running, for a crash or a stop to cut off.  Returns the load for
+# load_finish and load_cut_off.
+sub load_start
+{
+	my ($node, $db, $name, @scripts) = @_;
+	my @load;
+	for my $i (0 .. $#scripts)
+	{
+		my $file = "$PostgreSQL::Test::Utils::tmp_check/$name.$i.sql";
+		PostgreSQL::Test::Utils::append_to_file($file, $scripts[$i]);
+		my %s = (out => '', err => '');
+		$s{run} = IPC::Run::start(
+			[
+				$node->installed_command('psql'), '-XAtq', '-v',
+				'ON_ERROR_STOP=0', '-d', $node->connstr($db), '-f', $file
+			],
+			'>', \$s{out}, '2>', \$s{err});
+		push @load, \%s;
+	}
+	return \@load;
+}
+
+# load_finish(LOAD): wait until every session of LOAD has ended; then each
+# one's {out} and {err} hold what it printed.
+sub load_finish
+{
+	my ($load) = @_;
+	$_->{run}->finish for @$load;
+	return;
+}
+
+# load_cut_off(LOAD): load_finish, then how many of its sessions lost their
+# connection (a crash or a stop cut them off before their script ended).
+sub load_cut_off
+{
+	my ($load) = @_;
+	load_finish($load);
+	return scalar grep { $_->{err} =~ /connection|terminat/i } @$load;
+}
+
+# ledger_check(NODE, DB, WHAT): each counter's total against the sum of
+# table ledger (counter text, delta bigint), which every committed increment
+# of the test also wrote in its transaction; one test and one RESULT each.
+sub ledger_check
+{
+	my ($node, $db, $what) = @_;
+	my $rows = $node->safe_psql(
+		$db, q{
+SELECT c.name, counter_value(c.name), (SELECT coalesce(sum(delta), 0) FROM ledger l WHERE l.counter = c.name),
+       (SELECT count(*) FROM ledger l WHERE l.counter = c.name)
+  FROM sharded_seq.counters c ORDER BY 1});
+	for my $line (split /\n/, $rows)
+	{
+		my ($name, $total, $ledger, $n) = split /\|/, $line;
+		note("RESULT $what: counter $name total=$total ledger=$ledger committed increments=$n");
+		is($total, $ledger, "$what: counter $name equals its ledger");
+	}
+	return $rows;
 }
 
 1;
