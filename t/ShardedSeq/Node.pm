@@ -10,13 +10,14 @@ use warnings;
 
 use Exporter 'import';
 use IPC::Run;
+use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(ssq_node ssq_db wait_point_hold wait_point_release
   wait_point_reached wait_point_sql worker_settled parallel_psql
-  load_start load_finish load_cut_off ledger_check);
+  load_start load_progress load_finish load_cut_off ledger_check values_check);
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
@@ -149,27 +150,51 @@ sub worker_settled
 }
 
 # load_start(NODE, DB, NAME, SCRIPTS...): one psql per SQL script (written to
-# a file, ON_ERROR_STOP off, unaligned tuples), all started at once and left
-# running, for a crash or a stop to cut off.  Returns the load for
-# load_finish and load_cut_off.
+# a file, ON_ERROR_STOP off, unaligned tuples, output to files), all started
+# at once and left running, for a crash or a stop to cut off.  Returns the
+# load for load_progress, load_finish and load_cut_off.
 sub load_start
 {
 	my ($node, $db, $name, @scripts) = @_;
 	my @load;
 	for my $i (0 .. $#scripts)
 	{
-		my $file = "$PostgreSQL::Test::Utils::tmp_check/$name.$i.sql";
-		PostgreSQL::Test::Utils::append_to_file($file, $scripts[$i]);
-		my %s = (out => '', err => '');
+		my $file = "$PostgreSQL::Test::Utils::tmp_check/$name.$i";
+		PostgreSQL::Test::Utils::append_to_file("$file.sql", $scripts[$i]);
+		my %s = (file => $file);
 		$s{run} = IPC::Run::start(
 			[
 				$node->installed_command('psql'), '-XAtq', '-v',
-				'ON_ERROR_STOP=0', '-d', $node->connstr($db), '-f', $file
+				'ON_ERROR_STOP=0', '-d', $node->connstr($db), '-f', "$file.sql"
 			],
-			'>', \$s{out}, '2>', \$s{err});
+			'>', "$file.out", '2>', "$file.err");
 		push @load, \%s;
 	}
 	return \@load;
+}
+
+# load_progress(LOAD, LINES): wait until every session of LOAD has printed
+# LINES lines (each is busy, and far enough in).
+sub load_progress
+{
+	my ($load, $lines) = @_;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	for my $s (@$load)
+	{
+		while (1)
+		{
+			my $n = 0;
+			if (open my $fh, '<', "$s->{file}.out")
+			{
+				$n++ while <$fh>;
+				close $fh;
+			}
+			last if $n >= $lines;
+			die "the load did not print $lines lines in time" if time > $deadline;
+			usleep(20_000);
+		}
+	}
+	return;
 }
 
 # load_finish(LOAD): wait until every session of LOAD has ended; then each
@@ -177,7 +202,12 @@ sub load_start
 sub load_finish
 {
 	my ($load) = @_;
-	$_->{run}->finish for @$load;
+	for my $s (@$load)
+	{
+		$s->{run}->finish;
+		$s->{out} = PostgreSQL::Test::Utils::slurp_file("$s->{file}.out");
+		$s->{err} = PostgreSQL::Test::Utils::slurp_file("$s->{file}.err");
+	}
 	return;
 }
 
@@ -188,6 +218,33 @@ sub load_cut_off
 	my ($load) = @_;
 	load_finish($load);
 	return scalar grep { $_->{err} =~ /connection|terminat/i } @$load;
+}
+
+# values_check(WHAT, OUTPUTS...): each OUTPUT holds the values one session
+# received, one a line, in order (other lines are skipped).  Passes if no
+# value repeats across all of them (S1) and each one's strictly increase
+# (S2); returns how many values there were.
+sub values_check
+{
+	my ($what, @outputs) = @_;
+	my %seen;
+	my ($dups, $disorder, $total) = (0, 0, 0);
+	for my $out (@outputs)
+	{
+		my $prev;
+		for my $v ($out =~ /^(-?\d+)$/mg)
+		{
+			$total++;
+			$dups++ if $seen{$v}++ == 1;
+			$disorder++ if defined $prev && $v <= $prev;
+			$prev = $v;
+		}
+	}
+	note("RESULT $what: values=$total sessions=" . scalar(@outputs)
+		  . " duplicates=$dups out_of_order=$disorder");
+	ok($total > 0 && $dups == 0 && $disorder == 0,
+		"$what: $total values, none handed out twice, each session's increasing");
+	return $total;
 }
 
 # ledger_check(NODE, DB, WHAT): each counter's total against the sum of
