@@ -42,7 +42,7 @@ flock 9
 APT_OPTS=(-o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false)
 PACKAGES=(postgresql-$major postgresql-server-dev-$major postgresql-server-dev-all
           postgresql-$major-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
-          libmemcached-dev libmemcached-tools memcached make gcc python3 gdb
+          libmemcached-dev libmemcached-tools memcached make gcc python3
           build-essential debhelper dpkg-dev fakeroot ca-certificates postgresql-all)
 
 log() { echo "==> [$suite] $*" >&2; }

@@ -22,15 +22,15 @@ contrib=()
 [ "$PG_MAJOR" = 15 ] && contrib=(postgresql-contrib)
 # Everything any test needs, so that scripts/test.sh passes on a bare Debian
 # (minbase) with nothing else installed: the server, headers and build tools;
-# memcached and its tools; pgTAP and pg_prove; gdb (config_race holds a
-# backend with it); python3 (free ports, memcached probes, mcproxy); and what
+# memcached and its tools; pgTAP and pg_prove; python3 (free ports,
+# memcached probes, mcproxy); and what
 # test/versions/package.sh builds the Debian package with (debian/control's
 # Build-Depends, build-essential that dpkg-checkbuilddeps requires, and
 # fakeroot).  scripts/chroot.sh's PACKAGES holds the same for 17 and 18.
 need=()
 for pkg in postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR "${contrib[@]}" libmemcached-dev \
            libmemcached-tools memcached postgresql-$PG_MAJOR-pgtap \
-           libtap-parser-sourcehandler-pgtap-perl libipc-run-perl make gcc python3 gdb \
+           libtap-parser-sourcehandler-pgtap-perl libipc-run-perl make gcc python3 \
            build-essential debhelper dpkg-dev fakeroot postgresql-server-dev-all postgresql-all; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done

@@ -54,8 +54,16 @@
 #ifdef SHARDED_SEQ_WAIT_POINTS
 extern void WaitPointReached(const char *name);
 #define WAIT_POINT(name)		WaitPointReached(name)
+/*
+ * The same, deaf to interrupts while it waits: a backend let go with a
+ * SIGTERM pending goes on to its next CHECK_FOR_INTERRUPTS, as one stopped
+ * in a debugger would.  Its wait cannot be cancelled: the test must let go.
+ */
+#define WAIT_POINT_HOLDING_INTERRUPTS(name) \
+	do { HOLD_INTERRUPTS(); WaitPointReached(name); RESUME_INTERRUPTS(); } while (0)
 #else
 #define WAIT_POINT(name)		((void) 0)
+#define WAIT_POINT_HOLDING_INTERRUPTS(name) ((void) 0)
 #endif
 
 /* How a counter takes increments: counter_config.mode */

@@ -31,6 +31,8 @@ BufferedFlush(int32 counter_id, const char *name, bool wait)
 
 	if (amount == 0)
 		return 0;
+	/* t/shutdown_flush.pl holds a flush here: it took the amount */
+	WAIT_POINT_HOLDING_INTERRUPTS("buffered-flush-taken");
 	/* see rows this command already changed (a flush of both kinds, say) */
 	CommandCounterIncrement();
 	if (wait)

@@ -297,6 +297,8 @@ SlotReserve(int32 counter_id, int64 amount, bool forward)
 		return false;
 	/* allocate first: nothing may fail once the slot is pinned */
 	a = NewListNode(sizeof(ToAdd));
+	/* t/shutdown_flush.pl holds a commit here: asked, not yet pinned */
+	WAIT_POINT_HOLDING_INTERRUPTS("slot-reserve-unpinned");
 	s = PinSlot(ConfigRelid("counter_config"), counter_id, true);
 	if (s == NULL)
 	{
@@ -330,6 +332,8 @@ SlotReserve(int32 counter_id, int64 amount, bool forward)
 	a->forward = forward;
 	a->next = AddList;
 	AddList = a;
+	/* t/shutdown_flush.pl holds a commit here: pinned, before its commit */
+	WAIT_POINT_HOLDING_INTERRUPTS("slot-reserved");
 	return true;
 }
 

@@ -19,7 +19,8 @@ our @EXPORT = qw(ssq_node ssq_db wait_point_hold wait_point_release
   wait_point_reached wait_point_sql worker_settled parallel_psql
   draw_sessions check_drawn
   psql_sessions sessions_running sessions_wait values_unique_increasing
-  stop_point stop_load poll_until);
+  stop_point stop_load poll_until
+  load_start load_progress load_finish load_cut_off ledger_check values_check);
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
@@ -327,6 +328,124 @@ sub poll_until
 		usleep(100_000);
 	}
 	die "timed out waiting for $what";
+}
+
+# load_start(NODE, DB, NAME, SCRIPTS...): one psql per SQL script (written to
+# a file, ON_ERROR_STOP off, unaligned tuples, output to files), all started
+# at once and left running, for a crash or a stop to cut off.  Returns the
+# load for load_progress, load_finish and load_cut_off.
+sub load_start
+{
+	my ($node, $db, $name, @scripts) = @_;
+	my @load;
+	for my $i (0 .. $#scripts)
+	{
+		my $file = "$PostgreSQL::Test::Utils::tmp_check/$name.$i";
+		PostgreSQL::Test::Utils::append_to_file("$file.sql", $scripts[$i]);
+		my %s = (file => $file);
+		$s{run} = IPC::Run::start(
+			[
+				$node->installed_command('psql'), '-XAtq', '-v',
+				'ON_ERROR_STOP=0', '-d', $node->connstr($db), '-f', "$file.sql"
+			],
+			'>', "$file.out", '2>', "$file.err");
+		push @load, \%s;
+	}
+	return \@load;
+}
+
+# load_progress(LOAD, LINES): wait until every session of LOAD has printed
+# LINES lines (each is busy, and far enough in).
+sub load_progress
+{
+	my ($load, $lines) = @_;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	for my $s (@$load)
+	{
+		while (1)
+		{
+			my $n = 0;
+			if (open my $fh, '<', "$s->{file}.out")
+			{
+				$n++ while <$fh>;
+				close $fh;
+			}
+			last if $n >= $lines;
+			die "the load did not print $lines lines in time" if time > $deadline;
+			usleep(20_000);
+		}
+	}
+	return;
+}
+
+# load_finish(LOAD): wait until every session of LOAD has ended; then each
+# one's {out} and {err} hold what it printed.
+sub load_finish
+{
+	my ($load) = @_;
+	for my $s (@$load)
+	{
+		$s->{run}->finish;
+		$s->{out} = PostgreSQL::Test::Utils::slurp_file("$s->{file}.out");
+		$s->{err} = PostgreSQL::Test::Utils::slurp_file("$s->{file}.err");
+	}
+	return;
+}
+
+# load_cut_off(LOAD): load_finish, then how many of its sessions lost their
+# connection (a crash or a stop cut them off before their script ended).
+sub load_cut_off
+{
+	my ($load) = @_;
+	load_finish($load);
+	return scalar grep { $_->{err} =~ /connection|terminat/i } @$load;
+}
+
+# values_check(WHAT, OUTPUTS...): each OUTPUT holds the values one session
+# received, one a line, in order (other lines are skipped).  Passes if no
+# value repeats across all of them (S1) and each one's strictly increase
+# (S2); returns how many values there were.
+sub values_check
+{
+	my ($what, @outputs) = @_;
+	my %seen;
+	my ($dups, $disorder, $total) = (0, 0, 0);
+	for my $out (@outputs)
+	{
+		my $prev;
+		for my $v ($out =~ /^(-?\d+)$/mg)
+		{
+			$total++;
+			$dups++ if $seen{$v}++ == 1;
+			$disorder++ if defined $prev && $v <= $prev;
+			$prev = $v;
+		}
+	}
+	note("RESULT $what: values=$total sessions=" . scalar(@outputs)
+		  . " duplicates=$dups out_of_order=$disorder");
+	ok($total > 0 && $dups == 0 && $disorder == 0,
+		"$what: $total values, none handed out twice, each session's increasing");
+	return $total;
+}
+
+# ledger_check(NODE, DB, WHAT): each counter's total against the sum of
+# table ledger (counter text, delta bigint), which every committed increment
+# of the test also wrote in its transaction; one test and one RESULT each.
+sub ledger_check
+{
+	my ($node, $db, $what) = @_;
+	my $rows = $node->safe_psql(
+		$db, q{
+SELECT c.name, counter_value(c.name), (SELECT coalesce(sum(delta), 0) FROM ledger l WHERE l.counter = c.name),
+       (SELECT count(*) FROM ledger l WHERE l.counter = c.name)
+  FROM sharded_seq.counters c ORDER BY 1});
+	for my $line (split /\n/, $rows)
+	{
+		my ($name, $total, $ledger, $n) = split /\|/, $line;
+		note("RESULT $what: counter $name total=$total ledger=$ledger committed increments=$n");
+		is($total, $ledger, "$what: counter $name equals its ledger");
+	}
+	return $rows;
 }
 
 1;
