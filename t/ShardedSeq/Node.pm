@@ -20,7 +20,8 @@ our @EXPORT = qw(ssq_node ssq_db wait_point_hold wait_point_release
   draw_sessions check_drawn
   psql_sessions sessions_running sessions_wait values_unique_increasing
   stop_point stop_load poll_until
-  load_start load_progress load_finish load_cut_off ledger_check values_check);
+  load_start load_progress load_finish load_cut_off ledger_check values_check
+  install_versions);
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
@@ -446,6 +447,46 @@ SELECT c.name, counter_value(c.name), (SELECT coalesce(sum(delta), 0) FROM ledge
 		is($total, $ledger, "$what: counter $name equals its ledger");
 	}
 	return $rows;
+}
+
+# install_versions(NODE): what NODE's installed install scripts provide:
+# (default_version of the installed control file, the base version, every
+# version reached, oldest first), the reached ones being the base script's
+# (sharded_seq--X.sql, of which there must be one, as in contrib) and each
+# one its update scripts (sharded_seq--X--Y.sql) reach from it.  Dies
+# without exactly one base script.
+sub install_versions
+{
+	my ($node) = @_;
+	my $ext = $node->config_data('--sharedir') . '/extension';
+	my ($default) = slurp_file("$ext/sharded_seq.control")
+	  =~ /^default_version\s*=\s*'([^']+)'/m;
+	my (@bases, @updates);
+	for (glob "$ext/sharded_seq--*.sql")
+	{
+		m{/sharded_seq--([^/]+)\.sql$} or next;
+		my $v = $1;
+		if ($v =~ /^(.+)--(.+)$/) { push @updates, [ $1, $2 ]; }
+		else { push @bases, $v; }
+	}
+	die "want one base script sharded_seq--X.sql in $ext, found: @bases\n"
+	  unless @bases == 1;
+	my %reach = ($bases[0] => 1);
+	for my $grew (1 .. @updates)
+	{
+		$reach{ $_->[1] } = 1 for grep { $reach{ $_->[0] } } @updates;
+	}
+	my $cmp = sub {
+		my @a = split /\./, $_[0];
+		my @b = split /\./, $_[1];
+		while (@a || @b)
+		{
+			my $c = (shift(@a) // -1) <=> (shift(@b) // -1);
+			return $c if $c;
+		}
+		return 0;
+	};
+	return ($default, $bases[0], sort { $cmp->($a, $b) } keys %reach);
 }
 
 1;

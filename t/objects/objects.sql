@@ -1,5 +1,5 @@
 -- The sharded_seq objects of the current database, one sorted text block per
--- kind (test/versions/same_objects.sh): the extension's members, every
+-- kind (t/same_objects.pl): the extension's members, every
 -- function's definition, rights and comment, the schema's relations (views
 -- with their definition), columns and their order, constraints, indexes,
 -- triggers and when they fire, the schema's rights, the tables pg_dump dumps,
