@@ -10,7 +10,6 @@
 # counting, old ones in their layout, new ones adaptive, maintain() included.
 use strict;
 use warnings;
-use File::Basename;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -24,33 +23,11 @@ $node->append_conf('postgresql.conf',
 $node->start;
 
 # the versions the installed scripts provide: the base and its update chain
-my $ext = $node->config_data('--sharedir') . '/extension';
-my ($default) = slurp_file("$ext/sharded_seq.control") =~ /^default_version\s*=\s*'([^']+)'/m;
-my (@bases, @updates);
-for (map { basename($_) } glob "$ext/sharded_seq--*.sql")
-{
-	/^sharded_seq--(.+)\.sql$/ or next;
-	my $v = $1;
-	if ($v =~ /^(.+)--(.+)$/) { push @updates, [ $1, $2 ]; }
-	else { push @bases, $v; }
-}
-is(scalar @bases, 1, 'one base install script') or BAIL_OUT("bases: @bases");
-my %reach = ($bases[0] => 1);
-for my $grew (1 .. @updates)
-{
-	$reach{ $_->[1] } = 1 for grep { $reach{ $_->[0] } } @updates;
-}
-my @older = grep { $_ ne $default } sort { version_cmp($a, $b) } keys %reach;
-ok($reach{$default}, "the install scripts reach default_version $default");
+my ($default, $base, @reached) = install_versions($node);
+ok((grep { $_ eq $default } @reached), "the install scripts reach default_version $default");
+my @older = grep { $_ ne $default } @reached;
 plan skip_all => "no version older than $default: nothing to update from" unless @older;
 note("RESULT default_version $default; updating from: @older");
-
-sub version_cmp
-{
-	my @a = split /\./, $_[0];
-	my @b = split /\./, $_[1];
-	return ($a[0] <=> $b[0]) || ($a[1] <=> $b[1]);
-}
 
 my $sessions = 4;
 # session i adds i to each counter 25 times (committed), and 1000 in a
