@@ -147,4 +147,18 @@ sub worker_settled
 	return;
 }
 
+# bg_query(SESSION, SQL): run SQL in a BackgroundPsql session; its output,
+# and in list context also what it printed on stderr for this SQL alone
+# (BackgroundPsql on 15 keeps stderr across queries: cleared here first).
+push @EXPORT, 'bg_query';
+sub bg_query
+{
+	my ($h, $sql) = @_;
+	$h->{stderr} = '';
+	my $out = $h->query($sql);
+	my $err = $h->{stderr};
+	$h->{stderr} = '';
+	return wantarray ? ($out, $err) : $out;
+}
+
 1;
