@@ -21,6 +21,7 @@ our @EXPORT = qw(ssq_node ssq_db wait_point_hold wait_point_release
   psql_sessions sessions_running sessions_wait values_unique_increasing
   stop_point stop_load poll_until
   load_start load_progress load_finish load_cut_off ledger_check values_check
+  bg_query
   install_versions);
 
 # the advisory lock classes of wait points: every backend at a point, and
@@ -487,6 +488,19 @@ sub install_versions
 		return 0;
 	};
 	return ($default, $bases[0], sort { $cmp->($a, $b) } keys %reach);
+}
+
+# bg_query(SESSION, SQL): run SQL in a BackgroundPsql session; its output,
+# and in list context also what it printed on stderr for this SQL alone
+# (BackgroundPsql on 15 keeps stderr across queries: cleared here first).
+sub bg_query
+{
+	my ($h, $sql) = @_;
+	$h->{stderr} = '';
+	my $out = $h->query($sql);
+	my $err = $h->{stderr};
+	$h->{stderr} = '';
+	return wantarray ? ($out, $err) : $out;
 }
 
 1;
