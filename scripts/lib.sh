@@ -1,6 +1,10 @@
-# scripts/lib.sh: helpers to run throwaway PostgreSQL clusters and memcached
-# servers on loopback.  Source it; it works as root (the cluster then runs as
-# the postgres user, because PostgreSQL refuses root) and as a normal user.
+# scripts/lib.sh: throwaway PostgreSQL clusters and memcached servers on
+# loopback, for the test runner's own cluster (sql/, specs/, pgTAP), the
+# benchmarks, and the tests that stand outside one major (the package, and
+# the tests across majors).  Tests of the extension itself start their
+# servers with PostgreSQL::Test::Cluster (t/, test/README.md).  Source it;
+# it works as root (the cluster then runs as the postgres user, because
+# PostgreSQL refuses root) and as a normal user.
 
 # PG_MAJOR (set by scripts/chroot.sh, and by scripts/test.sh) picks the
 # PostgreSQL major; its client programs come first on PATH.  PGBIN, if set,
@@ -98,17 +102,6 @@ bench_cluster() {
     db_create bench
 }
 
-# worker_settled DB: wait (up to 10 s) until the background worker has done
-# its first round in DB, so that a test that drives flushes by hand is not
-# raced by that round.
-worker_settled() {
-    for _ in $(seq 1 100); do
-        [ "$(psql -qXAt -d "$1" -c "SELECT count(*) FROM sharded_seq.workers WHERE database = '$1' AND last_flush_at IS NOT NULL" 2>/dev/null)" = 1 ] && return 0
-        sleep 0.1
-    done
-    echo "the background worker did not start in $1"; return 1
-}
-
 # memcached_start PORT: a throwaway memcached on 127.0.0.1:PORT.
 memcached_start() {
     local user=()
@@ -139,74 +132,6 @@ s.sendall(sys.argv[2].encode() + b"\r\n")
 print(s.recv(4096).decode().strip())
 PY
 }
-
-# run_sessions DB NAME COUNT GENERATOR [ARGS...]: start COUNT psql sessions in
-# the background.  Session i runs the SQL that "GENERATOR ARGS... NAME i"
-# prints, with its output in $WORK/NAME.i.out and its errors in NAME.i.err.
-run_sessions() {
-    local db="$1" name="$2" count="$3"
-    shift 3
-    SESSION_PIDS=()
-    for i in $(seq 1 "$count"); do
-        "$@" "$name" "$i" >"$WORK/$name.$i.sql"
-        psql -X -q -A -t -v ON_ERROR_STOP=0 -d "$db" -f "$WORK/$name.$i.sql" \
-            >"$WORK/$name.$i.out" 2>"$WORK/$name.$i.err" &
-        SESSION_PIDS+=($!)
-    done
-}
-wait_sessions() { for p in "${SESSION_PIDS[@]}"; do wait "$p" || true; done; }
-sessions_running() {
-    for p in "${SESSION_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done
-    return 1
-}
-# sessions_cut_off NAME COUNT: fail unless a crash cut every session off mid-load.
-sessions_cut_off() {
-    local n
-    n=$(grep -l -i "connection\|terminat" "$WORK/$1".*.err 2>/dev/null | wc -l)
-    echo "RESULT $1: $n of $2 sessions were cut off by the crash"
-    [ "$n" = "$2" ] || { echo "the crash came after the load ended: test is void"; return 1; }
-}
-
-# Interactive sessions for ordering statements across sessions by hand:
-# session_open NAME [DB] starts a psql fed through a fifo (application_name
-# NAME, errors with their SQLSTATE in $WORK/NAME.err), session_send NAME SQL
-# sends SQL, session_sync NAME waits until everything sent has run (it works
-# in an aborted transaction too), session_close NAME ends it.
-session_open() {
-    local name="$1" db="${2:-stress}" fd
-    rm -f "$WORK/$name.fifo"
-    mkfifo "$WORK/$name.fifo"
-    # the other sessions' fifo ends are closed in this psql, or they would
-    # never see end of input
-    (
-        for v in ${!SESSION_FD_*}; do eval "exec ${!v}>&-"; done
-        PGAPPNAME="$name" exec psql -X -q -A -t -v ON_ERROR_STOP=0 -v VERBOSITY=verbose -d "$db" \
-            <"$WORK/$name.fifo" >"$WORK/$name.out" 2>"$WORK/$name.err"
-    ) &
-    eval "SESSION_PID_$name=$!"
-    exec {fd}>"$WORK/$name.fifo"
-    eval "SESSION_FD_$name=$fd"
-}
-session_send() { local fd; eval "fd=\$SESSION_FD_$1"; printf '%s\n' "$2" >&"$fd"; }
-session_sync() {
-    local marker="sync-$RANDOM-$RANDOM"
-    session_send "$1" "\\echo $marker"
-    for _ in $(seq 1 600); do
-        grep -q -- "$marker" "$WORK/$1.out" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "session $1 did not answer"; return 1
-}
-session_close() {
-    local fd pid
-    eval "fd=\$SESSION_FD_$1; pid=\$SESSION_PID_$1"
-    printf '\\q\n' >&"$fd"
-    eval "exec $fd>&-"
-    unset "SESSION_FD_$1"
-    wait "$pid" 2>/dev/null || true
-}
-# session_errors NAME: the SQLSTATEs of the errors NAME got so far, one a line
-session_errors() { sed -n 's/^.*ERROR: *\([0-9A-Z]\{5\}\):.*$/\1/p' "$WORK/$1.err"; }
 
 # check_drawn DB: check table drawn (seq text, v bigint, phase text) in DB,
 # which holds the values of sharded sequences handed out 'before' and 'after'
