@@ -65,7 +65,7 @@ sub maintain_loop
 	my ($tag) = @_;
 	my $once = stop_point($tag)
 	  . "INSERT INTO moved SELECT '$tag', folded + compacted FROM sharded_seq.maintain(); SELECT pg_sleep(0.1);\n";
-	return psql_sessions($node, $db, "maint_$tag", $once x 3000);
+	return load_start($node, $db, "maint_$tag", $once x 3000);
 }
 
 # 1. 16 sessions on a counter that counter_incr creates: it must grow
@@ -101,15 +101,15 @@ my $check = "SELECT 1 / (counter_value('hot') = (SELECT coalesce(sum(delta), 0) 
 my $read = (stop_point('load')
 	  . "$check\nBEGIN ISOLATION LEVEL REPEATABLE READ; $check SELECT pg_sleep(0.02); $check COMMIT;\n")
   x 10000;
-my $load = psql_sessions($node, $db, 'load', @incr);
-my $readers = psql_sessions($node, $db, 'read', $read, $read);
+my $load = load_start($node, $db, 'load', @incr);
+my $readers = load_start($node, $db, 'read', $read, $read);
 my $maint = maintain_loop('load');
 $node->poll_query_until($db, "SELECT sum(n) > 0 FROM moved WHERE phase = 'load'")
   or die 'maintain() did nothing during the load';
-is(sessions_running($load) + sessions_running($readers), 6,
+is(load_running($load) + load_running($readers), 6,
 	'maintain() folded or gathered rows while the load ran');
 stop_load($node, $db, 'load');
-my @err = map { @{ (sessions_wait($_))[1] } } $load, $readers, $maint;
+my @err = map { @{ (load_finish($_))[1] } } $load, $readers, $maint;
 is(join('', @err), '', 'no session saw an error (no read differed from the ledger)');
 note('RESULT maintain() during the load: '
 	  . sql("SELECT sum(n) || ' counters folded or gathered in ' || count(*) || ' calls' FROM moved WHERE phase = 'load'"));
@@ -133,7 +133,7 @@ $node->poll_query_until($db,
 $node->stop('immediate');
 ok(!$bench->finish, 'the load was under way at the immediate shutdown');
 like(slurp_file($crash), qr/connection|terminat|server closed/i, 'pgbench stopped on the crash');
-sessions_wait($maint);
+load_finish($maint);
 $node->start;
 check_total('crash');
 

@@ -98,7 +98,7 @@ sub load
 		}
 		push @scripts, $sql;
 	}
-	return psql_sessions($node, $db, $tag, @scripts);
+	return load_start($node, $db, $tag, @scripts);
 }
 sub commits_above
 {
@@ -109,7 +109,7 @@ sub commits_above
 sub no_errors
 {
 	my ($sessions, $what) = @_;
-	my ($out, $err) = sessions_wait($sessions);
+	my ($out, $err) = load_finish($sessions);
 	is(join('', @$err), '', "$what: no caller got an error");
 	return;
 }
@@ -141,7 +141,7 @@ reset_counts();
 my $incr0 = mc_incrs();
 my $p1 = load('p1', 8);
 # every read is of increments committed before the ledger is read after it
-my $reader = psql_sessions($node, $db, 'reader', q{
+my $reader = load_start($node, $db, 'reader', q{
 DO $$
 DECLARE v bigint; l bigint; reads int := 0;
 BEGIN
@@ -161,11 +161,11 @@ for my $mode (qw(exact memcached buffered memcached exact memcached))
 	sql("SELECT sharded_seq.alter_counter('m4', mode => '$mode')");
 }
 commits_above(6000);
-is(sessions_running($p1) + sessions_running($reader), 9, 'the load ran through 6 mode switches of m4');
+is(load_running($p1) + load_running($reader), 9, 'the load ran through 6 mode switches of m4');
 stop_load($node, $db, 'p1');
 no_errors($p1, 'batched');
-my (undef, $rerr) = sessions_wait($reader);
-like($rerr->[0], qr/^NOTICE: +reads: \d+\n\z/, 'the reader read throughout');
+my (undef, $rerr) = load_finish($reader);
+like($rerr->[0], qr/^psql:[^\n]*: NOTICE: +reads: \d+\n\z/, 'the reader read throughout');
 note("RESULT reader: $1") if $rerr->[0] =~ /(reads: \d+)/;
 is(sql('SELECT count(*) FROM above'), '0', 'no read above the committed ledger')
   or diag(sql("SELECT read || ' > ' || ledger FROM above LIMIT 1"));
@@ -249,7 +249,7 @@ sql("SELECT counter_incr('p$_', 1)") for 1 .. 4;
 # h's increments through three worker rounds
 my $once = stop_point('h')
   . "BEGIN; SELECT counter_incr('h', 1) \\g /dev/null\nINSERT INTO ledger_h VALUES (1); COMMIT; SELECT pg_sleep(0.02) \\g /dev/null\n";
-my $h = psql_sessions($node, $db, 'h', $once x 5000);
+my $h = load_start($node, $db, 'h', $once x 5000);
 worker_round() for 1 .. 3;
 stop_load($node, $db, 'h');
 no_errors($h, 'increments beside prepared transactions');
@@ -296,7 +296,7 @@ $node->poll_query_until($db,
   or die 'the load stalled';
 my $crash_at = sql('SELECT clock_timestamp()');
 $node->stop('immediate');
-my ($p4out, $p4err) = sessions_wait($p4);
+my ($p4out, $p4err) = load_finish($p4);
 is(scalar(grep { /connection|terminat/i } @$p4err), 8, 'the crash cut off every session mid-load');
 $node->start;
 check('<=', 'after an immediate shutdown');
@@ -328,7 +328,7 @@ $node->poll_query_until($db,
   or die 'the load did not notice memcached killed';
 $mc->start;
 mc_used();
-is(sessions_running($p5), 8, 'the load ran through flush_all, the kill and the restart');
+is(load_running($p5), 8, 'the load ran through flush_all, the kill and the restart');
 stop_load($node, $db, 'p5');
 no_errors($p5, 'memcached flushed, killed and restarted');
 sql('SELECT sharded_seq.flush_counters()');

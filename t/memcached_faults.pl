@@ -54,7 +54,7 @@ sub load
 		}
 		push @scripts, $sql;
 	}
-	return psql_sessions($node, $db, $tag, @scripts);
+	return load_start($node, $db, $tag, @scripts);
 }
 
 # the sequence's and the counter's statistics, summed
@@ -70,10 +70,6 @@ sub stats_above
 		"SELECT sum($what) > $than FROM sharded_seq.memcached_stats WHERE name IN ('ms', 'bc')")
 	  or die "timed out waiting for $why";
 	return;
-}
-sub values_of
-{
-	return map { [ grep { /^\d+$/ } split /\n/, $_ ] } @_;
 }
 
 # phase 1: each fault once the load has used memcached since the one before
@@ -95,11 +91,11 @@ is( sql("SELECT bool_or(healthy) FROM sharded_seq.memcached_servers()"), 'f',
 	'memcached taken down: no server healthy');
 $misses = stats('fallbacks + errors');
 stats_above('fallbacks + errors', $misses, 'the load to go on without memcached');
-ok(sessions_running($p1) == 8, 'the load ran through every fault');
+ok(load_running($p1) == 8, 'the load ran through every fault');
 stop_load($node, $db, 'p1');
-my ($out1, $err1) = sessions_wait($p1);
+my ($out1, $err1) = load_finish($p1);
 is(join('', @$err1), '', 'no session saw an error through the faults');
-values_unique_increasing('phase 1 (faults)', values_of(@$out1));
+values_check('phase 1 (faults)', @$out1);
 
 # memcached back (empty): what it lost is gone, but nothing counts twice
 $mc->start;
@@ -130,9 +126,9 @@ ledger_above($n + 200);
 $hits = stats('hits');
 sql("SELECT sharded_seq.alter_sequence('ms', tier => 'memcached', block => 300)");
 stats_above('hits', $hits, 'draws through memcached again');
-ok(sessions_running($p2) == 8, 'the load ran through both tier switches');
+ok(load_running($p2) == 8, 'the load ran through both tier switches');
 stop_load($node, $db, 'p2');
-my ($out2, $err2) = sessions_wait($p2);
+my ($out2, $err2) = load_finish($p2);
 is(join('', @$err2), '', 'no session saw an error through the tier switches');
 is( sql("SELECT tier || ' block ' || block FROM sharded_seq.sequences WHERE name = 'ms'"),
 	'memcached block 300', 'tier switched database -> memcached online');
@@ -143,7 +139,7 @@ my $pending;
 );
 note("RESULT after a clean flush ($flushed flushed): memcached total $total, true sum $ledger, pending $pending");
 is("$total $pending", "$ledger 0", 'with memcached up, a clean flush makes the total exact');
-values_unique_increasing('phases 1 and 2', values_of(@$out1, @$out2));
+values_check('phases 1 and 2', @$out1, @$out2);
 note('RESULT stats: '
 	  . sql("SELECT string_agg(kind || ' ' || name || ' hits=' || hits || ' rebuilds=' || rebuilds || ' fallbacks=' || fallbacks || ' errors=' || errors || ' flushes=' || flushes, '; ') FROM sharded_seq.memcached_stats"));
 is( sql("SELECT rebuilds > 0 AND fallbacks > 0 AND hits > 0 FROM sharded_seq.memcached_stats WHERE name = 'ms'"),

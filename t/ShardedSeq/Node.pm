@@ -1,8 +1,9 @@
 # t/ShardedSeq/Node.pm: what the TAP tests share about servers.  A node set
 # up for sharded_seq (PostgreSQL::Test::Cluster, optionally preloaded, with a
 # database holding the extension), wait points (src/common/wait_point.c) held
-# and let go from a session of the test's, and the checks several tests make
-# of the values and totals they collected.
+# and let go from a session of the test's, sessions run at once (waited for,
+# or left running as a load), and the checks several tests make of the
+# values and totals they collected.
 package ShardedSeq::Node;
 
 use strict;
@@ -15,14 +16,19 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(ssq_node ssq_db wait_point_hold wait_point_release
-  wait_point_reached wait_point_sql worker_settled parallel_psql
-  draw_sessions check_drawn
-  psql_sessions sessions_running sessions_wait values_unique_increasing
-  stop_point stop_load poll_until
-  load_start load_progress load_finish load_cut_off ledger_check values_check
-  bg_query
-  install_versions);
+our @EXPORT = (
+	# nodes and databases
+	qw(ssq_node ssq_db install_versions),
+	# wait points, and waiting on other things
+	qw(wait_point_hold wait_point_release wait_point_reached wait_point_sql
+	  worker_settled poll_until),
+	# sessions: at once and waited for (parallel_psql, draw_sessions), one
+	# kept open (bg_query), or a load left running (load_*, stop_point)
+	qw(parallel_psql draw_sessions bg_query
+	  load_start load_progress load_running load_finish load_cut_off
+	  stop_point stop_load),
+	# checks of what was collected
+	qw(values_check check_drawn ledger_check));
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
@@ -118,11 +124,12 @@ sub wait_point_reached
 
 # parallel_psql(NODE, DB, SQL...): one psql session per SQL, all at once
 # (ON_ERROR_STOP, unaligned tuples only); their outputs, in order, once all
-# have ended.  Dies, with their errors, if one failed.  A SQL string is one
-# psql -c: one query string, hence one transaction however many statements
-# it holds.  A SQL that is an array reference is a session running each of
-# its strings in turn (one -c each), so that a BEGIN ... ROLLBACK among them
-# leaves the others committed.
+# have ended.  Dies, with their errors, if one failed.  The simple case of
+# load_start ... load_finish, for sessions the test only waits for.  A SQL
+# string is one psql -c: one query string, hence one transaction however
+# many statements it holds.  A SQL that is an array reference is a session
+# running each of its strings in turn (one -c each), so that a BEGIN ...
+# ROLLBACK among them leaves the others committed.
 sub parallel_psql
 {
 	my ($node, $db, @sqls) = @_;
@@ -222,102 +229,6 @@ sub worker_settled
 	return;
 }
 
-# psql_sessions(NODE, DB, NAME, SQL...): one psql per SQL script, all
-# started at once in the background (ON_ERROR_STOP off, unaligned tuples
-# only), for a load that runs while the test does other things.  Session I
-# reads its script from NAME.I.sql and writes NAME.I.out and NAME.I.err in the
-# test's directory (files, so that nobody needs to read them while they run).
-# The sessions, for sessions_running and sessions_wait.
-sub psql_sessions
-{
-	my ($node, $db, $name, @sqls) = @_;
-	my @sessions;
-	for my $i (1 .. @sqls)
-	{
-		my $f = "$PostgreSQL::Test::Utils::tmp_check/$name.$i";
-		PostgreSQL::Test::Utils::append_to_file("$f.sql", $sqls[ $i - 1 ]);
-		push @sessions,
-		  {
-			out => "$f.out",
-			err => "$f.err",
-			run => IPC::Run::start(
-				[
-					$node->installed_command('psql'), '-XAtq', '-v',
-					'ON_ERROR_STOP=0', '-d', $node->connstr($db)
-				],
-				'<', "$f.sql", '>', "$f.out", '2>', "$f.err")
-		  };
-	}
-	return \@sessions;
-}
-
-# sessions_running(SESSIONS): how many of them still run
-sub sessions_running
-{
-	my ($sessions) = @_;
-	return scalar grep { $_->{run}->pumpable } @$sessions;
-}
-
-# sessions_wait(SESSIONS): wait until every one has ended; their outputs and
-# their errors, as two array references (session by session)
-sub sessions_wait
-{
-	my ($sessions) = @_;
-	my (@out, @err);
-	for my $s (@$sessions)
-	{
-		$s->{run}->finish;
-		push @out, PostgreSQL::Test::Utils::slurp_file($s->{out});
-		push @err, PostgreSQL::Test::Utils::slurp_file($s->{err});
-	}
-	return (\@out, \@err);
-}
-
-# values_unique_increasing(WHAT, LISTS...): passes if no value occurs twice
-# across the lists of values (S1), and each list, one session's values in the
-# order it got them, strictly increases (S2); notes the counts as a RESULT.
-sub values_unique_increasing
-{
-	my ($what, @lists) = @_;
-	my (%seen, @dups, @order);
-	my $n = 0;
-	for my $list (@lists)
-	{
-		my $prev;
-		for my $v (@$list)
-		{
-			$n++;
-			push @dups, $v if $seen{$v}++ == 1;
-			push @order, "$v after $prev" if defined $prev && $v <= $prev;
-			$prev = $v;
-		}
-	}
-	note("RESULT $what: values=$n sessions=" . scalar(@lists)
-		  . ' duplicates=' . scalar(@dups) . ' out_of_order=' . scalar(@order));
-	diag("handed out twice: @dups[0 .. ($#dups < 4 ? $#dups : 4)]") if @dups;
-	diag("out of order: @order[0 .. ($#order < 4 ? $#order : 4)]") if @order;
-	return ok($n > 0 && !@dups && !@order,
-		"$what: $n values, none handed out twice, each session's increasing");
-}
-
-# A load that runs until the test has done what it runs for, however long
-# that takes: stop_point(TAG) is psql text that a load's script puts between
-# its transactions, where the session ends once stop_load(NODE, DB, TAG) has
-# run (it creates table load_stop_TAG in DB, which the point looks for).
-sub stop_point
-{
-	my ($tag) = @_;
-	return "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE relname = 'load_stop_$tag') AS stop \\gset\n"
-	  . "\\if :stop\n\\q\n\\endif\n";
-}
-
-sub stop_load
-{
-	my ($node, $db, $tag) = @_;
-	$node->safe_psql($db, "CREATE TABLE load_stop_$tag ()");
-	return;
-}
-
 # poll_until(CODE, WHAT): call CODE every 100 ms until it returns true
 # (bounded by the test timeout, then dies saying it waited for WHAT): for
 # conditions outside one query, such as a memcached statistic
@@ -333,9 +244,14 @@ sub poll_until
 }
 
 # load_start(NODE, DB, NAME, SCRIPTS...): one psql per SQL script (written to
-# a file, ON_ERROR_STOP off, unaligned tuples, output to files), all started
-# at once and left running, for a crash or a stop to cut off.  Returns the
-# load for load_progress, load_finish and load_cut_off.
+# NAME.I.sql in the test's directory, run with -f, ON_ERROR_STOP off,
+# unaligned tuples, output to NAME.I.out and NAME.I.err: files, so that
+# nobody needs to read them while it runs; messages carry psql's
+# "psql:FILE:LINE: " prefix), all started at once and left running while
+# the test does other things: until a crash or a stop cuts them off, until
+# their scripts end, or until stop_load (see stop_point).  Returns the load,
+# for load_progress, load_running, load_finish and load_cut_off.  For
+# sessions the test just waits for, parallel_psql is simpler.
 sub load_start
 {
 	my ($node, $db, $name, @scripts) = @_;
@@ -380,8 +296,16 @@ sub load_progress
 	return;
 }
 
+# load_running(LOAD): how many sessions of LOAD still run
+sub load_running
+{
+	my ($load) = @_;
+	return scalar grep { $_->{run}->pumpable } @$load;
+}
+
 # load_finish(LOAD): wait until every session of LOAD has ended; then each
-# one's {out} and {err} hold what it printed.
+# one's {out} and {err} hold what it printed on stdout and stderr.  Returns
+# the same as two array references, outputs and errors, session by session.
 sub load_finish
 {
 	my ($load) = @_;
@@ -391,7 +315,7 @@ sub load_finish
 		$s->{out} = PostgreSQL::Test::Utils::slurp_file("$s->{file}.out");
 		$s->{err} = PostgreSQL::Test::Utils::slurp_file("$s->{file}.err");
 	}
-	return;
+	return ([ map { $_->{out} } @$load ], [ map { $_->{err} } @$load ]);
 }
 
 # load_cut_off(LOAD): load_finish, then how many of its sessions lost their
@@ -403,29 +327,52 @@ sub load_cut_off
 	return scalar grep { $_->{err} =~ /connection|terminat/i } @$load;
 }
 
-# values_check(WHAT, OUTPUTS...): each OUTPUT holds the values one session
-# received, one a line, in order (other lines are skipped).  Passes if no
-# value repeats across all of them (S1) and each one's strictly increase
-# (S2); returns how many values there were.
+# A load (load_start) that runs until the test has done what it runs for,
+# however long that takes: stop_point(TAG) is psql text that a load's script
+# puts between its transactions, where the session ends once
+# stop_load(NODE, DB, TAG) has run (it creates table load_stop_TAG in DB,
+# which the point looks for).
+sub stop_point
+{
+	my ($tag) = @_;
+	return "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE relname = 'load_stop_$tag') AS stop \\gset\n"
+	  . "\\if :stop\n\\q\n\\endif\n";
+}
+
+sub stop_load
+{
+	my ($node, $db, $tag) = @_;
+	$node->safe_psql($db, "CREATE TABLE load_stop_$tag ()");
+	return;
+}
+
+# values_check(WHAT, SESSIONS...): the values each session received, in
+# order: a session's output (values one a line, other lines skipped) or a
+# reference to a list of values.  One test: passes if some value came, no
+# value repeats across all sessions (S1) and each session's strictly
+# increase (S2); notes the counts as a RESULT, and the first offenders as
+# diagnostics.  Returns how many values there were.
 sub values_check
 {
-	my ($what, @outputs) = @_;
-	my %seen;
-	my ($dups, $disorder, $total) = (0, 0, 0);
-	for my $out (@outputs)
+	my ($what, @sessions) = @_;
+	my (%seen, @dups, @order);
+	my $total = 0;
+	for my $s (@sessions)
 	{
 		my $prev;
-		for my $v ($out =~ /^(-?\d+)$/mg)
+		for my $v (ref $s ? @$s : $s =~ /^(-?\d+)$/mg)
 		{
 			$total++;
-			$dups++ if $seen{$v}++ == 1;
-			$disorder++ if defined $prev && $v <= $prev;
+			push @dups, $v if $seen{$v}++ == 1;
+			push @order, "$v after $prev" if defined $prev && $v <= $prev;
 			$prev = $v;
 		}
 	}
-	note("RESULT $what: values=$total sessions=" . scalar(@outputs)
-		  . " duplicates=$dups out_of_order=$disorder");
-	ok($total > 0 && $dups == 0 && $disorder == 0,
+	note("RESULT $what: values=$total sessions=" . scalar(@sessions)
+		  . ' duplicates=' . scalar(@dups) . ' out_of_order=' . scalar(@order));
+	diag("handed out twice: @dups[0 .. ($#dups < 4 ? $#dups : 4)]") if @dups;
+	diag("out of order: @order[0 .. ($#order < 4 ? $#order : 4)]") if @order;
+	ok($total > 0 && !@dups && !@order,
 		"$what: $total values, none handed out twice, each session's increasing");
 	return $total;
 }
