@@ -106,24 +106,6 @@ sub psql_finish
 	return slurp_file($r->{out});
 }
 
-# values_bad(OUTPUTS...): each the values one session drew, in order; '' if every
-# value is unique across them (S1) and increasing within each (S2)
-sub values_bad
-{
-	my (%seen, @bad);
-	for my $out (@_)
-	{
-		my $prev;
-		for my $v (grep { /^-?\d+$/ } split /\n/, $out)
-		{
-			push @bad, "$v twice" if $seen{$v}++;
-			push @bad, "$v after $prev" if defined $prev && $v <= $prev;
-			$prev = $v;
-		}
-	}
-	return keys %seen ? join(', ', @bad[ 0 .. ($#bad < 4 ? $#bad : 4) ]) : 'no values';
-}
-
 # --- write-behind through memcached at transaction boundaries
 sq("SELECT sharded_seq.create_counter('bA', shards => 4, mode => 'memcached')");
 sq("SELECT counter_incr('bA', 10)") for 1 .. 3;
@@ -251,7 +233,7 @@ run($B, patient('60s'));
 my ($b_out, $b_err) = run($B, "SELECT sharded_nextval('mp') FROM generate_series(1, 30);");
 is(mp_stat('hits >= 10'), 't', 'another session drew from that lease through memcached');
 is($a_err . $b_err, '', '... without an error');
-is(values_bad($a_out, $b_out), '', '... and A and B drew no value twice');
+values_check('... and A and B drew no value twice', $a_out, $b_out);
 $A->quit;
 $B->quit;
 # Then a load: 4 sessions with the default 200 ms timeout, whose SETs all
@@ -265,7 +247,7 @@ my @mp = map { psql_finish($_) } map {
 } 1 .. 4;
 $proxy->kill_kill;
 is(scalar(() = join('', @mp) =~ /^\d+$/mg), 12000, '4 sessions drew 12000 values while every lease publication timed out, without an error');
-is(values_bad(@mp, $a_out, $b_out), '', '... none twice, none out of order');
+values_check('... none twice, none out of order', @mp, $a_out, $b_out);
 note('RESULT lease publications timed out: '
 	  . mp_stat("'hits ' || hits || ', errors ' || errors || ', fallbacks ' || fallbacks"));
 
@@ -286,7 +268,7 @@ ok( $node->poll_query_until('reinstall',
 sq('DROP EXTENSION sharded_seq CASCADE; CREATE EXTENSION sharded_seq', 'reinstall');
 sq($objects, 'reinstall');
 my @new = map { sq("SELECT sharded_nextval('ms') FROM generate_series(1, 150)", 'reinstall') } 1 .. 2;
-is(values_bad(@new), '', 'the new install draws 300 values, unique and increasing');
+values_check('the new install draws 300 values, unique and increasing', @new);
 is(sq("SELECT counter_value('bc')", 'reinstall'), 0, "the new install's counter starts at zero");
 
 # the same, when both installations came through version 1.0 and an update
@@ -303,7 +285,7 @@ my @via10 = (
 	sq("SELECT sharded_nextval('ms2') FROM generate_series(1, 5)", 'via10'),
 	sq("SET sharded_seq.memcached_servers = '$dead'; SELECT sharded_nextval('ms2') FROM generate_series(1, 20)",
 		'via10'));
-is(values_bad(@via10), '', '... its values, through memcached and without it, unique and increasing');
+values_check('... its values, through memcached and without it, unique and increasing', @via10);
 
 # --- first commits to fresh memcached counters, all at once
 # Each of 8 sessions commits its increment of counter k the moment D lets go
