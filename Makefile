@@ -27,10 +27,18 @@ TAP_TESTS = 1
 endif
 SHLIB_LINK = -lmemcached
 
-# Test builds hold wait points (src/common/wait_point.c): make WAIT_POINTS=1
+# Test builds hold wait points (src/common/wait_point.c): make WAIT_POINTS=1.
+# .wait_points records which kind the objects are; it changes, and so every
+# object is rebuilt, when a make asks for the other kind (PGXS would keep
+# objects built with other flags).
 ifdef WAIT_POINTS
 PG_CPPFLAGS += -DSHARDED_SEQ_WAIT_POINTS
 endif
+WAIT_POINTS_BUILD := $(if $(WAIT_POINTS),on,off)
+ifneq ($(WAIT_POINTS_BUILD),$(shell cat .wait_points 2>/dev/null))
+$(shell echo $(WAIT_POINTS_BUILD) > .wait_points)
+endif
+EXTRA_CLEAN = .wait_points
 
 # Tests build with warnings as errors: make WERROR=1
 ifdef WERROR
@@ -45,4 +53,4 @@ include $(PGXS)
 PG_PROVE_FLAGS += -I $(srcdir)/t
 
 # every object depends on the shared headers (PGXS tracks no header changes)
-$(OBJS): $(wildcard src/*/*.h)
+$(OBJS): $(wildcard src/*/*.h) .wait_points

@@ -34,12 +34,15 @@ source scripts/lib.sh
 passed=0
 failed=0
 skipped=0
-record() {  # record STATUS NAME [LOG]
+record() {  # record STATUS NAME [LOG [head]]: the log's last 60 lines, or first 120
     if [ "$1" = 0 ]; then
         passed=$((passed + 1)); echo "ok      $2"
     else
         failed=$((failed + 1)); echo "FAILED  $2"
-        [ -n "${3:-}" ] && [ -f "$3" ] && sed 's/^/    | /' "$3" | tail -n 60
+        if [ -n "${3:-}" ] && [ -f "$3" ]; then
+            if [ "${4:-}" = head ]; then sed 's/^/    | /' "$3" | head -n 120
+            else sed 's/^/    | /' "$3" | tail -n 60; fi
+        fi
     fi
 }
 wanted() { [ -z "$PATTERN" ] || [[ "$1" == *"$PATTERN"* ]]; }
@@ -59,7 +62,7 @@ done
 if [ ${#regress[@]} -gt 0 ]; then
     echo "==> pg_regress"
     make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
-        REGRESS="${regress[*]}" >"$WORK/regress.log" 2>&1
+        WAIT_POINTS=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress.log" 2>&1
     for t in "${regress[@]}"; do
         # "test NAME ... ok" up to 15, "ok N - NAME  TIME ms" (TAP) from 16
         if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$WORK/regress.log"; then
@@ -135,12 +138,19 @@ if [ ${#taps[@]} -gt 0 ]; then
             continue
         fi
         if [ $status != 0 ]; then
-            # the cluster logs of the failed test, after prove's summary
-            for l in "$WORK/tap/$t"/tmp_check/log/*; do
-                [ -f "$l" ] && { echo "--- $l"; tail -n 30 "$l"; } >>"$WORK/tap_$t.log"
-            done
+            # what failed first, then the end of prove's output, then the
+            # end of each server's log (the whole logs stay in $WORK/tap)
+            {
+                echo "--- failed assertions"
+                grep -E '^not ok|Failed test|^# +got:|^# +expected:|timed out|Bail out|died|No plan' "$WORK/tap_$t.log" | head -n 20
+                echo "--- the end of the test's output"
+                tail -n 25 "$WORK/tap_$t.log"
+                for l in "$WORK/tap/$t"/tmp_check/log/*.log; do
+                    [ -f "$l" ] && { echo "--- $l"; tail -n 12 "$l"; }
+                done
+            } >"$WORK/tap_$t.fail"
         fi
-        record $status "tap/$t ($(( $(date +%s) - start ))s)" "$WORK/tap_$t.log"
+        record $status "tap/$t ($(( $(date +%s) - start ))s)" "$WORK/tap_$t.fail" head
         # each assertion's name, and each RESULT a test notes (its numbers)
         [ $status = 0 ] && grep -E '^(ok [0-9]+ - |# RESULT )' "$WORK/tap_$t.log" | sed 's/^# //; s/^/        /'
     done

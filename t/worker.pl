@@ -179,11 +179,13 @@ set_interval(1);
 reset_counters();
 finish(load('p2', 4, sub { script(300, 200 + $_[0]) }));
 my $t0 = time;
-$node->poll_query_until('stress',
-	"SELECT sum(pending) = 0 FROM sharded_seq.counters WHERE name IN ('buf', 'buf4')");
+# no time bound (a busy machine would fail it): the worker must flush a quiet
+# counter with no further commit, within the test's timeout
+ok( $node->poll_query_until('stress',
+		"SELECT sum(pending) = 0 FROM sharded_seq.counters WHERE name IN ('buf', 'buf4')"),
+	'a quiet buffered counter is flushed with no further commit');
 my $took = time - $t0;
 note(sprintf('RESULT a quiet buffered counter was flushed %.1f s after its last commit', $took));
-cmp_ok($took, '<', 3, 'a quiet buffered counter is flushed within a few 1 s intervals');
 $node->stop('immediate');
 $node->start;
 check('==', 'a quiet buffered counter after an immediate shutdown');
@@ -191,9 +193,10 @@ check('==', 'a quiet buffered counter after an immediate shutdown');
 my $before = sql("SELECT counter_value('mc')");
 sql(join '', map { "SELECT counter_incr('mc', 3);\n" } 1 .. 200);
 $t0 = time;
-$node->poll_query_until('stress', "SELECT pending = 0 FROM sharded_seq.counters WHERE name = 'mc'");
+ok($node->poll_query_until('stress', "SELECT pending = 0 FROM sharded_seq.counters WHERE name = 'mc'"),
+	'a quiet memcached counter is flushed with no further commit');
 $took = time - $t0;
-cmp_ok($took, '<', 3, 'a quiet memcached counter is flushed within a few intervals');
+note(sprintf('RESULT a quiet memcached counter was flushed %.1f s after its last commit', $took));
 $mc->command('flush_all');
 my $after = sql("SELECT counter_value('mc')");
 note("RESULT a quiet memcached counter, then flush_all: $before -> $after (600 added)");
@@ -367,7 +370,9 @@ $wpid = sql("SELECT pid FROM sharded_seq.workers WHERE database = 'stress'");
 sql("SELECT counter_incr('buf', 1)");
 $t0 = time;
 sql("SELECT pg_terminate_backend($wpid)");
-for (1 .. 100)
+# no time bound (a busy machine would fail it): it must stop, within the
+# test's timeout, rather than finish a round first
+for (1 .. 20 * $PostgreSQL::Test::Utils::timeout_default)
 {
 	last unless kill 0, $wpid;
 	usleep(50_000);
@@ -375,7 +380,6 @@ for (1 .. 100)
 my $ms = int((time - $t0) * 1000);
 note("RESULT the worker stopped $ms ms after SIGTERM");
 ok(!kill(0, $wpid), 'the worker stops on SIGTERM');
-cmp_ok($ms, '<', 2000, '... within 2 s');
 ok( $node->poll_query_until('stress',
 		"SELECT coalesce(bool_or(running AND pid <> $wpid), false) FROM sharded_seq.workers WHERE database = 'stress'"),
 	'the launcher starts the worker again');

@@ -388,7 +388,10 @@ sub ledger_check
 SELECT c.name, counter_value(c.name), (SELECT coalesce(sum(delta), 0) FROM ledger l WHERE l.counter = c.name),
        (SELECT count(*) FROM ledger l WHERE l.counter = c.name)
   FROM sharded_seq.counters c ORDER BY 1});
-	for my $line (split /\n/, $rows)
+	my @lines = split /\n/, $rows;
+	# with no counter there is nothing to compare: that is a failure
+	ok(scalar @lines, "$what: there are counters to check");
+	for my $line (@lines)
 	{
 		my ($name, $total, $ledger, $n) = split /\|/, $line;
 		note("RESULT $what: counter $name total=$total ledger=$ledger committed increments=$n");

@@ -30,6 +30,9 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
 fi
 
+# the kind of build scripts/setup.sh made (with wait points or not), to put back
+WAIT_POINTS_BUILT=""
+[ "$(cat "$SRC/.wait_points" 2>/dev/null)" = on ] && WAIT_POINTS_BUILT=1
 WORK="$(mktemp -d /tmp/ss_package.XXXXXX)"
 chmod 755 "$WORK"
 # Every step runs whatever failed before (set -e and -u are off here), and
@@ -41,7 +44,7 @@ restore() {
     if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q "install ok installed"; then
         dpkg -r "$PKG" >/dev/null 2>&1 || { echo "cleanup: could not remove $PKG"; ok=0; }
     fi
-    make -s -C "$SRC" install PG_CONFIG="/usr/lib/postgresql/$MAJOR/bin/pg_config" >/dev/null ||
+    make -s -C "$SRC" install WAIT_POINTS="$WAIT_POINTS_BUILT" PG_CONFIG="/usr/lib/postgresql/$MAJOR/bin/pg_config" >/dev/null ||
         { echo "cleanup: could not put back the build from source"; ok=0; }
     rm -rf "$WORK"
     [ $ok = 1 ] || [ $status != 0 ] || status=1
