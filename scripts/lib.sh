@@ -1,7 +1,6 @@
 # scripts/lib.sh: throwaway PostgreSQL clusters and memcached servers on
 # loopback, for the test runner's own cluster (sql/, specs/, pgTAP), the
-# benchmarks, and the tests that stand outside one major (the package, and
-# the tests across majors).  Tests of the extension itself start their
+# benchmarks, and the tests across majors (test/cross_major/).  Tests of the extension itself start their
 # servers with PostgreSQL::Test::Cluster (t/, test/README.md).  Source it;
 # it works as root (the cluster then runs as the postgres user, because
 # PostgreSQL refuses root) and as a normal user.

@@ -7,12 +7,11 @@
 # scripts/setup.sh installed is put back.  Needs root (it installs a package).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-source "$HERE/../../scripts/lib.sh"
-SRC="$ROOT_DIR"
+SRC="$(cd "$HERE/../.." && pwd)"
 MAJOR="${PG_MAJOR:-15}"
 # pg_virtualenv (the build's and the autopkgtest's installcheck) would take
 # the port of the cluster scripts/test.sh is running
-unset PGHOST PGPORT PGUSER PGDATA CLUSTER_DIR
+unset PGHOST PGPORT PGUSER PGDATA PGDATABASE CLUSTER_DIR
 PKG="postgresql-$MAJOR-sharded-seq"
 if [ "$(id -u)" != 0 ]; then
     echo "SKIP installing a package needs root"
@@ -40,7 +39,6 @@ chmod 755 "$WORK"
 restore() {
     local status=$? ok=1
     set +eu
-    cluster_destroy >/dev/null 2>&1
     if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q "install ok installed"; then
         dpkg -r "$PKG" >/dev/null 2>&1 || { echo "cleanup: could not remove $PKG"; ok=0; }
     fi
@@ -92,18 +90,19 @@ echo "==> its autopkgtest, debian/tests/installcheck"
 grep -E '^(test|ok|not ok) ' "$WORK/autopkgtest.log" | sed 's/^/    autopkgtest: /'
 grep -Eq '^# All [0-9]+ tests passed|^ All [0-9]+ tests passed' "$WORK/autopkgtest.log"
 
-echo "==> CREATE EXTENSION in a fresh cluster"
-cluster_create "$WORK/pg"
-cluster_start
-psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE pkg" >/dev/null
-out="$(psql -qXAt -v ON_ERROR_STOP=1 -d pkg <<'SQL'
+echo "==> CREATE EXTENSION in a fresh cluster (pg_virtualenv, as the autopkgtest)"
+cat >"$WORK/use.sql" <<'SQL'
+CREATE DATABASE pkg;
+\c pkg
 CREATE EXTENSION sharded_seq;
 SELECT sharded_seq.create_sequence('ids');
 SELECT count(DISTINCT v) FROM (SELECT sharded_nextval('ids') AS v FROM generate_series(1, 5000)) s;
 SELECT counter_incr('c', 40) + counter_incr('c', 2);
 SELECT extversion FROM pg_extension WHERE extname = 'sharded_seq';
 SQL
-)"
+(cd "$WORK" && pg_virtualenv -v "$MAJOR" psql -qXAt -v ON_ERROR_STOP=1 -d postgres -f use.sql -o out.txt) \
+    >"$WORK/virtualenv.log" 2>&1 || { cat "$WORK/virtualenv.log"; exit 1; }
+out="$(cat "$WORK/out.txt")"
 default="$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$SRC/sharded_seq.control")"
 echo "RESULT from the package: $(echo $out)"
 [ "$(echo $out)" = "5000 82 $default" ]
