@@ -10,6 +10,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use File::Basename qw(dirname);
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -176,46 +177,13 @@ sub draw_sessions
 	return;
 }
 
-# check_drawn(NODE, DB): one line per sequence of table drawn (the values
-# handed out 'before' and 'after' some event), ending in OK when no value
-# repeats and every 'after' value is above every 'before' value of the same
-# shard (block k of shard i starts at base + (k * shards + i) * block, so a
-# value's shard is known), hence above every 'before' value for a one-shard
-# sequence.  Values of different shards interleave by design.  Every
-# sequence must have values of both phases, and still be in the generation
-# the values came from.
+# check_drawn(NODE, DB): the check of table drawn in t/ShardedSeq/check_drawn.sql
+# (one line per sequence, ending in OK or BAD)
 sub check_drawn
 {
 	my ($node, $db) = @_;
-	return $node->safe_psql($db, q{
-WITH d AS (
-    SELECT d.seq, d.v, d.phase, ((d.v - s.generation_start) / s.block) % s.shards AS shard
-      FROM drawn d JOIN sharded_seq.sequences s ON s.name = d.seq),
-per_shard AS (
-    SELECT seq, shard,
-           count(*) FILTER (WHERE phase = 'before') AS nb,
-           max(v) FILTER (WHERE phase = 'before') AS maxb,
-           count(*) FILTER (WHERE phase = 'after') AS na,
-           min(v) FILTER (WHERE phase = 'after') AS mina
-      FROM d GROUP BY seq, shard),
-per_seq AS (
-    SELECT d.seq, max(s.shards) AS shards, count(*) AS n, count(*) - count(DISTINCT v) AS dup,
-           count(*) FILTER (WHERE phase = 'before') AS nb,
-           max(v) FILTER (WHERE phase = 'before') AS maxb,
-           count(*) FILTER (WHERE phase = 'after') AS na,
-           min(v) FILTER (WHERE phase = 'after') AS mina
-      FROM d JOIN sharded_seq.sequences s ON s.name = d.seq GROUP BY d.seq)
-SELECT string_agg(format('%s (%s shards): %s values, %s repeated, max before %s, min after %s, later values above the earlier ones in %s of %s shards used before and after',
-                         q.seq, q.shards, q.n, q.dup, q.maxb, q.mina,
-                         (SELECT count(*) FROM per_shard p WHERE p.seq = q.seq AND p.nb > 0 AND p.na > 0 AND p.mina > p.maxb),
-                         (SELECT count(*) FROM per_shard p WHERE p.seq = q.seq AND p.nb > 0 AND p.na > 0)), '; ' ORDER BY q.seq)
-       || CASE WHEN bool_and(q.dup = 0 AND q.nb > 0 AND q.na > 0
-                             AND NOT EXISTS (SELECT FROM per_shard p WHERE p.seq = q.seq
-                                              AND p.nb > 0 AND p.na > 0 AND NOT p.mina > p.maxb)
-                             AND (q.shards > 1 OR q.mina > q.maxb))
-               THEN ' OK' ELSE ' BAD' END
-  FROM per_seq q;
-});
+	return $node->safe_psql($db,
+		slurp_file(dirname(__FILE__) . '/check_drawn.sql'));
 }
 
 # worker_settled(NODE, DB): wait until the background worker has done its

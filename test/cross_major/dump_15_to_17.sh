@@ -6,7 +6,7 @@
 # reading the 15 server, and from 15's own pg_dump when 17 can read it (see
 # restore_newer.sh).  Every counter total
 # and every sequence's layout must be kept, and later values must repeat
-# none handed out before the dump (check_drawn in scripts/lib.sh).
+# none handed out before the dump (check_drawn: t/ShardedSeq/check_drawn.sql).
 # The 17 side is test/cross_major/restore_newer.sh.  Needs root (chroot).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
