@@ -53,6 +53,24 @@ trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 
 cluster_create "$WORK/pg" && cluster_start || { echo "could not start PostgreSQL"; echo "0 passed, 1 failed"; exit 1; }
 
+# regress_results GROUP LOG RESULTS NAME...: one result per NAME from the
+# LOG of pg_regress or pg_isolation_regress ("test NAME ... ok" up to 15,
+# "ok N - NAME  TIME ms" from 16); a failure shows its diff against
+# expected/NAME.out (RESULTS/NAME.out), or the log if there is none.
+regress_results() {
+    local group="$1" log="$2" results="$3" t
+    shift 3
+    for t in "$@"; do
+        if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$log"; then
+            record 0 "$group/$t"
+        else
+            [ -f "$results/$t.out" ] && diff -u "expected/$t.out" "$results/$t.out" >"$WORK/${group}_$t.diff" 2>&1
+            [ -f "$WORK/${group}_$t.diff" ] || cp "$log" "$WORK/${group}_$t.diff"
+            record 1 "$group/$t" "$WORK/${group}_$t.diff"
+        fi
+    done
+}
+
 # pg_regress: each test in sql/ is one result
 regress=()
 for f in sql/*.sql; do
@@ -63,16 +81,7 @@ if [ ${#regress[@]} -gt 0 ]; then
     echo "==> pg_regress"
     make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
         WAIT_POINTS=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress.log" 2>&1
-    for t in "${regress[@]}"; do
-        # "test NAME ... ok" up to 15, "ok N - NAME  TIME ms" (TAP) from 16
-        if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$WORK/regress.log"; then
-            record 0 "regress/$t"
-        else
-            [ -f results/$t.out ] && diff -u "expected/$t.out" "results/$t.out" >"$WORK/$t.diff" 2>&1
-            [ -f "$WORK/$t.diff" ] || cp "$WORK/regress.log" "$WORK/$t.diff"
-            record 1 "regress/$t" "$WORK/$t.diff"
-        fi
-    done
+    regress_results regress "$WORK/regress.log" results "${regress[@]}"
 fi
 
 # isolation specs: each spec is one result
@@ -87,15 +96,7 @@ if [ ${#iso[@]} -gt 0 ]; then
     rm -rf output_iso
     make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
         WAIT_POINTS=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation.log" 2>&1
-    for t in "${iso[@]}"; do
-        if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$WORK/isolation.log"; then
-            record 0 "isolation/$t"
-        else
-            [ -f output_iso/results/$t.out ] && diff -u "expected/$t.out" "output_iso/results/$t.out" >"$WORK/iso_$t.diff" 2>&1
-            [ -f "$WORK/iso_$t.diff" ] || cp "$WORK/isolation.log" "$WORK/iso_$t.diff"
-            record 1 "isolation/$t" "$WORK/iso_$t.diff"
-        fi
-    done
+    regress_results isolation "$WORK/isolation.log" output_iso/results "${iso[@]}"
 fi
 
 # pgTAP: each file runs in a fresh database and is one result
