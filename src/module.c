@@ -28,7 +28,10 @@ static emit_log_hook_type prev_emit_log_hook = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* Shared memory: statistics, buffered counters' slots, kept totals, the workers' state. */
+/*
+ * Shared memory: statistics, buffered counters' slots, kept totals, the
+ * workers' state, the node-wide sequence cache.
+ */
 static void
 ShmemRequest(void)
 {
@@ -39,7 +42,9 @@ ShmemRequest(void)
 	RequestAddinShmemSpace(LayoutShmemSize());
 	RequestAddinShmemSpace(KeptShmemSize());
 	RequestAddinShmemSpace(RegistryShmemSize());
+	RequestAddinShmemSpace(NodeCacheShmemSize());
 	RequestNamedLWLockTranche("sharded_seq", 1);
+	RequestNamedLWLockTranche("sharded_seq node cache", 1);
 	RequestNamedLWLockTranche("sharded_seq buffered", 1);
 	RequestNamedLWLockTranche("sharded_seq workers", 1);
 }
@@ -55,6 +60,7 @@ ShmemStartup(void)
 	LayoutShmemInit();
 	KeptShmemInit();
 	RegistryShmemInit();
+	NodeCacheShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -210,6 +216,12 @@ _PG_init(void)
 							"Counter totals shared memory keeps for every session (0: none).",
 							"A session meeting a counter for the first time reads a total another session kept instead of its rows; each costs 64 bytes.  Takes effect only with sharded_seq in shared_preload_libraries.",
 							&SharedTotals, 65536, 0, 16777216,
+							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
+							0, NULL, NULL, NULL);
+	DefineCustomIntVariable("sharded_seq.node_cache_sequences",
+							"Sequences whose current block shared memory holds for every session (cache 'node'); 0 turns the node cache off.",
+							"A sequence that finds no room draws a block per session.  Each costs about 600 bytes.  Takes effect only with sharded_seq in shared_preload_libraries.",
+							&NodeCacheSequences, 1024, 0, 1048576,
 							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
 							0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("sharded_seq");

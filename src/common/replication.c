@@ -139,3 +139,27 @@ WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname)
 					   LSN_FORMAT_ARGS(lsn)),
 			 errhint("Retry once the synchronous standbys are connected and streaming, or stop waiting for them in this session with SET synchronous_commit = local.")));
 }
+
+/*
+ * Are synchronous standbys in force (a commit with synchronous_commit = on
+ * would wait for them)?  The worker reserves no node cache block then: it
+ * must not wait for a standby at shutdown.
+ */
+bool
+SyncStandbysActive(void)
+{
+	return max_wal_senders > 0 && WalSndCtl != NULL && SyncStandbysInForce();
+}
+
+/*
+ * May this session reserve a block that every session of the node uses (the
+ * node cache)?  Only if its wait confirms the block as a commit with
+ * synchronous_commit = on would be confirmed: at remote flush, when
+ * synchronous standbys are in force.  Otherwise it draws per session.
+ */
+bool
+ReservationConfirmedHere(void)
+{
+	return !SyncStandbysActive() ||
+		(SyncRepRequested() && SyncWaitMode() == SYNC_REP_WAIT_FLUSH);
+}

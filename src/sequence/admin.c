@@ -10,13 +10,16 @@
  */
 #include "postgres.h"
 
+#include "access/relation.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -38,6 +41,7 @@ typedef struct SeqRow
 	Oid			owner;
 	Acl		   *acl;
 	char	   *tier;
+	char	   *cache;			/* 'node' or 'session' (NULL before schema 1.5) */
 } SeqRow;
 
 /*
@@ -57,6 +61,26 @@ BlockStart(int64 base, int64 k, int32 shards, int32 shard, int32 block,
 		pg_mul_s64_overflow(index, block, &offset) ||
 		pg_add_s64_overflow(base, offset, &start);
 	return *overflow ? 0 : start;
+}
+
+/*
+ * Make the WAL record that covers the shard's last reservation durable, and
+ * return its LSN.  nextval_internal() logs ahead and stamps the page with
+ * that record's LSN.
+ */
+XLogRecPtr
+FlushShardReservation(Oid relid)
+{
+	Relation	rel = relation_open(relid, NoLock);
+	Buffer		buf = ReadBuffer(rel, 0);
+	XLogRecPtr	lsn;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	lsn = PageGetLSN(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	relation_close(rel, NoLock);
+	XLogFlush(lsn);
+	return lsn;
 }
 
 /*
@@ -97,6 +121,56 @@ GenerationHighWater(int32 seq_id, int32 generation, int64 base, int32 shards,
 		high = Max(high, end);
 	}
 	return high;
+}
+
+/*
+ * The shard of a generation whose next block comes first: the smallest
+ * (k + 1) * shards + i over shards i that reserved block k last (0 for one
+ * that reserved none).  Its next block lies above every block of the
+ * generation that was the first in line when it was taken, so a node that
+ * always takes this one hands out increasing blocks, consecutive ones when
+ * it alone draws (node_cache.c).  Call under the draw lock: a layout change
+ * cannot retire the generation meanwhile.
+ */
+Oid
+LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, INT4OID};
+	Datum		args[2] = {Int32GetDatum(seq_id), Int32GetDatum(generation)};
+	OwnerContext ctx;
+	Oid			best_relid = InvalidOid;
+	int128		best = 0;
+
+	BeginAsOwner(&ctx);
+	PreparePlan(&plan,
+				"SELECT s.shard, s.relid::pg_catalog.oid, pg_catalog.pg_sequence_last_value(s.relid)"
+				"  FROM sharded_seq.sequence_shards s"
+				" WHERE s.seq_id OPERATOR(pg_catalog.=) $1 AND s.generation OPERATOR(pg_catalog.=) $2",
+				2, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read shards of sharded sequence %d", seq_id);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		int32		s = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		Oid			relid = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+		Datum		k = SPI_getbinval(tup, desc, 3, &isnull);
+		int128		next = ((isnull ? 0 : (int128) DatumGetInt64(k) + 1)) * shards + s;
+
+		if (!OidIsValid(best_relid) || next < best)
+		{
+			best = next;
+			best_relid = relid;
+			*shard = s;
+		}
+	}
+	EndAsOwner(&ctx);
+	if (!OidIsValid(best_relid))
+		elog(ERROR, "sharded sequence %d has no shards in generation %d", seq_id, generation);
+	return best_relid;
 }
 
 static void
@@ -218,23 +292,24 @@ ReapShards(void)
 static bool
 FetchSeqRow(const char *name, SeqRow *row, bool for_update)
 {
-	static SPIPlanPtr plan = NULL;
-	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr plans[2][2] = {{NULL, NULL}, {NULL, NULL}};
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
-	const char *sql =
-		"SELECT id, generation, base, shards, block, owner::pg_catalog.oid, acl, tier"
-		"  FROM sharded_seq.sequence_config WHERE name OPERATOR(pg_catalog.=) $1";
+	bool		cached = NodeCacheStored();
+	const char *sql = psprintf(
+							   "SELECT id, generation, base, shards, block, owner::pg_catalog.oid, acl, tier, %s"
+							   "  FROM sharded_seq.sequence_config WHERE name OPERATOR(pg_catalog.=) $1%s",
+							   cached ? "cache" : "NULL::pg_catalog.text",
+							   for_update ? " FOR UPDATE" : "");
+	SPIPlanPtr *plan = &plans[cached][for_update];
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
 	Datum		acl;
+	Datum		cache;
 
-	if (for_update)
-		PreparePlan(&lock_plan, psprintf("%s FOR UPDATE", sql), 1, argtypes);
-	else
-		PreparePlan(&plan, sql, 1, argtypes);
-	if (SPI_execute_plan(for_update ? lock_plan : plan, args, NULL, false, 1) != SPI_OK_SELECT)
+	PreparePlan(plan, sql, 1, argtypes);
+	if (SPI_execute_plan(*plan, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.sequence_config");
 	if (SPI_processed == 0)
 		return false;
@@ -249,7 +324,36 @@ FetchSeqRow(const char *name, SeqRow *row, bool for_update)
 	acl = SPI_getbinval(tup, desc, 7, &isnull);
 	row->acl = isnull ? NULL : DatumGetAclP(acl);
 	row->tier = TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull));
+	cache = SPI_getbinval(tup, desc, 9, &isnull);
+	row->cache = isnull ? NULL : TextDatumGetCString(cache);
 	return true;
+}
+
+static void
+ValidateCache(const char *cache)
+{
+	if (strcmp(cache, "node") == 0 || strcmp(cache, "session") == 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown cache \"%s\"", cache),
+			 errhint("cache must be 'node' (one block shared by the server's sessions) or 'session' (a block per session).")));
+}
+
+/*
+ * The cache argument, or NULL when it is absent (a call through the
+ * functions of schema 1.4, which lack it) or NULL (alter: keep it).
+ */
+static char *
+CacheArg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *cache;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	cache = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	ValidateCache(cache);
+	return cache;
 }
 
 static void
@@ -305,11 +409,12 @@ ChooseLayout(FunctionCallInfo fcinfo, int shards_arg, int block_arg,
  */
 static void
 NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
-			  const char *tier, int64 min_base)
+			  const char *tier, const char *cache, int64 min_base)
 {
 	static SPIPlanPtr update_plan = NULL;
-	Oid			update_types[6] = {INT4OID, INT4OID, INT8OID, INT4OID, INT4OID, TEXTOID};
-	Datum		update_args[6];
+	static SPIPlanPtr update_plan_14 = NULL;
+	Oid			update_types[7] = {INT4OID, INT4OID, INT8OID, INT4OID, INT4OID, TEXTOID, TEXTOID};
+	Datum		update_args[7];
 	int64		high;
 	int64		base;
 
@@ -328,12 +433,22 @@ NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 	update_args[3] = Int32GetDatum(shards);
 	update_args[4] = Int32GetDatum(block);
 	update_args[5] = CStringGetTextDatum(tier);
-	PreparePlan(&update_plan,
-				"UPDATE sharded_seq.sequence_config"
-				"   SET generation = $2, base = $3, shards = $4, block = $5, tier = $6,"
-				"       altered_at = pg_catalog.now()"
-				" WHERE id OPERATOR(pg_catalog.=) $1", 6, update_types);
-	if (SPI_execute_plan(update_plan, update_args, NULL, false, 0) != SPI_OK_UPDATE)
+	if (cache)
+	{
+		update_args[6] = CStringGetTextDatum(cache);
+		PreparePlan(&update_plan,
+					"UPDATE sharded_seq.sequence_config"
+					"   SET generation = $2, base = $3, shards = $4, block = $5, tier = $6,"
+					"       cache = $7, altered_at = pg_catalog.now()"
+					" WHERE id OPERATOR(pg_catalog.=) $1", 7, update_types);
+	}
+	else
+		PreparePlan(&update_plan_14,
+					"UPDATE sharded_seq.sequence_config"
+					"   SET generation = $2, base = $3, shards = $4, block = $5, tier = $6,"
+					"       altered_at = pg_catalog.now()"
+					" WHERE id OPERATOR(pg_catalog.=) $1", 6, update_types);
+	if (SPI_execute_plan(cache ? update_plan : update_plan_14, update_args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update sharded sequence \"%s\"", name);
 	CreateShards(row->id, row->generation + 1, base, shards, block);
 	ReapShards();
@@ -381,9 +496,11 @@ create_sequence(PG_FUNCTION_ARGS)
 	int32		block;
 	int64		start;
 	char	   *tier = RequiredText(fcinfo, 4, "tier");
+	char	   *cache = PG_NARGS() > 5 ? RequiredText(fcinfo, 5, "cache") : NULL;
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[7] = {INT4OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT8OID, OIDOID};
-	Datum		args[7];
+	static SPIPlanPtr plan_14 = NULL;
+	Oid			argtypes[8] = {INT4OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT8OID, OIDOID, TEXTOID};
+	Datum		args[8];
 	OwnerContext ctx;
 	SeqRow		existing;
 	int32		id;
@@ -400,6 +517,8 @@ create_sequence(PG_FUNCTION_ARGS)
 				 errmsg("start must be greater than %lld", (long long) PG_INT64_MIN),
 				 errhint("Choose a start value such as 1.")));
 	ValidateTier(tier);
+	if (cache)
+		ValidateCache(cache);
 	ChooseLayout(fcinfo, 1, 2, tier, NULL, &shards, &block);
 
 	/* start is a value; the layout counts in this node's local positions */
@@ -419,12 +538,22 @@ create_sequence(PG_FUNCTION_ARGS)
 	args[4] = CStringGetTextDatum(tier);
 	args[5] = Int64GetDatum(start);
 	args[6] = ObjectIdGetDatum(ctx.caller);
-	PreparePlan(&plan,
-				"INSERT INTO sharded_seq.sequence_config"
-				" (id, name, shards, block, tier, generation, base, owner)"
-				" VALUES ($1, $2, $3, $4, $5, 1, $6, $7::pg_catalog.regrole)",
-				7, argtypes);
-	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
+	if (cache)
+	{
+		args[7] = CStringGetTextDatum(cache);
+		PreparePlan(&plan,
+					"INSERT INTO sharded_seq.sequence_config"
+					" (id, name, shards, block, tier, generation, base, owner, cache)"
+					" VALUES ($1, $2, $3, $4, $5, 1, $6, $7::pg_catalog.regrole, $8)",
+					8, argtypes);
+	}
+	else
+		PreparePlan(&plan_14,
+					"INSERT INTO sharded_seq.sequence_config"
+					" (id, name, shards, block, tier, generation, base, owner)"
+					" VALUES ($1, $2, $3, $4, $5, 1, $6, $7::pg_catalog.regrole)",
+					7, argtypes);
+	if (SPI_execute_plan(cache ? plan : plan_14, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not create sharded sequence \"%s\"", name);
 	CreateShards(id, 1, start, shards, block);
 	ReapShards();
@@ -443,6 +572,7 @@ alter_sequence(PG_FUNCTION_ARGS)
 	int32		shards;
 	int32		block;
 	char	   *tier;
+	char	   *cache;
 
 	if (!PG_ARGISNULL(1))
 		ValidateShards(PG_GETARG_INT32(1), KIND_SEQUENCE);
@@ -450,13 +580,24 @@ alter_sequence(PG_FUNCTION_ARGS)
 		ValidateBlock(PG_GETARG_INT32(2));
 	if (!PG_ARGISNULL(3))
 		ValidateTier(text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	cache = CacheArg(fcinfo, 4);
 
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
 	tier = PG_ARGISNULL(3) ? row.tier : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	if (cache == NULL)
+		cache = row.cache;
 	ChooseLayout(fcinfo, 1, 2, tier, &row, &shards, &block);
-	if (shards != row.shards || block != row.block || strcmp(tier, row.tier) != 0)
-		NewGeneration(name, &row, shards, block, tier, PG_INT64_MIN);
+
+	/*
+	 * A change of cache starts a new generation too: a session that drew
+	 * per session may hold values above the node's block, and one that drew
+	 * from the node values above its own shard's, so within one generation a
+	 * switch could hand a session a value below its last (S2).
+	 */
+	if (shards != row.shards || block != row.block || strcmp(tier, row.tier) != 0 ||
+		(cache && row.cache && strcmp(cache, row.cache) != 0))
+		NewGeneration(name, &row, shards, block, tier, cache, PG_INT64_MIN);
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
@@ -485,7 +626,7 @@ advance_sequence(PG_FUNCTION_ARGS)
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
 	/* above past in this node's local positions (past + 1 on node 0) */
-	NewGeneration(name, &row, row.shards, row.block, row.tier,
+	NewGeneration(name, &row, row.shards, row.block, row.tier, row.cache,
 				  SequenceNodeLocal(past, true, name, "past"));
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
@@ -509,6 +650,8 @@ drop_sequence(PG_FUNCTION_ARGS)
 	PreparePlan(&plan, "DELETE FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1", 1, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not drop sharded sequence \"%s\"", name);
+	/* its node cache entry goes now (if this rolls back, the next draw makes one) */
+	NodeCacheForget(ConfigRelid("sequence_config"), row.id);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
 	EndAsOwner(&ctx);

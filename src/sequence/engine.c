@@ -3,8 +3,10 @@
  *	  The sequence engine: sharded_nextval and sharded_currval.
  *
  * Each backend keeps, per sequence, the configuration it last loaded and the
- * block of values it reserved.  A block is reserved by advancing this
- * session's shard, a native sequence, with nextval_internal(): that is
+ * block of values it reserved.  When preloaded, a database-tier sequence
+ * with cache 'node' draws from the node-wide cache instead (node_cache.c):
+ * one block shared by every session of the server.  A block is reserved by
+ * advancing a shard, a native sequence, with nextval_internal(): that is
  * WAL-logged and never rolled back.  The WAL that covers the reservation is
  * flushed before any value of the block is returned, so no crash can hand a
  * value out twice; with synchronous standbys, they confirm it first as well
@@ -14,6 +16,15 @@
  * value handed out is n * 2^53 + local; the session's node is fixed, so
  * local order is value order, and currval and the floor below which a lease
  * must not take a session (S2) stay local.
+ *
+ * A session draws each generation in one way, per session or from the node,
+ * except that it moves from the node to blocks of its own when it must (the
+ * node cache is full, or would not confirm a block with the standbys).
+ * Every block of a node-cached sequence, the node's or a session's, is
+ * reserved under one lock from the shard whose next block comes first, so
+ * each lies above every block reserved before it: a session that moves from
+ * the node to blocks of its own stays above what the node handed it (S2).
+ * A change of cache starts a new generation.
  *
  * A memcached-tier sequence has one shard, so the blocks it carves increase
  * in the order they are carved.  Each block is a lease that memcached hands
@@ -64,6 +75,7 @@ typedef struct SeqEntry
 	int32		shard;			/* this session's shard */
 	Oid			shard_relid;
 	bool		memcached;		/* tier 'memcached' */
+	bool		cache_node;		/* cache 'node' */
 	bool		gen_uncommitted;	/* generation made by this transaction */
 	Oid			owner;
 	Acl		   *acl;			/* in CacheEntryContext, or NULL */
@@ -84,6 +96,11 @@ typedef struct SeqEntry
 	/* memcached tier: the lease this session last drew from */
 	bool		lease_valid;
 	int64		lease_start;
+
+	/* the node cache */
+	bool		node_attached;
+	NodeRef		node;
+	int32		session_gen;	/* drew blocks of its own in this generation */
 } SeqEntry;
 
 /*
@@ -161,7 +178,7 @@ static uint32 SessionSalt = 0;
 static bool
 LoadSequenceConfig(SeqEntry *entry)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1];
 	OwnerContext ctx;
@@ -169,20 +186,26 @@ LoadSequenceConfig(SeqEntry *entry)
 	uint64		epoch;
 	Snapshot	snapshot;
 	Oid			config_relid;
+	bool		cached;
+	SPIPlanPtr	plan;
 
 	args[0] = CStringGetTextDatum(entry->cache.name);
 	BeginAsOwner(&ctx);
-	PreparePlan(&plan,
-				"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl, c.tier,"
-				"       (SELECT pg_catalog.array_agg(s.relid::pg_catalog.oid ORDER BY s.shard)"
-				"          FROM sharded_seq.sequence_shards s"
-				"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
-				"           AND s.generation OPERATOR(pg_catalog.=) c.generation),"
-				"       (SELECT s.xmin FROM sharded_seq.sequence_shards s"
-				"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
-				"           AND s.generation OPERATOR(pg_catalog.=) c.generation LIMIT 1)"
-				"  FROM sharded_seq.sequence_config c WHERE c.name OPERATOR(pg_catalog.=) $1",
-				1, argtypes);
+	/* schema 1.4 has no cache column: every sequence draws per session */
+	cached = NodeCacheStored();
+	plan = PreparePlan(&plans[cached], psprintf(
+												"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl, c.tier,"
+												"       (SELECT pg_catalog.array_agg(s.relid::pg_catalog.oid ORDER BY s.shard)"
+												"          FROM sharded_seq.sequence_shards s"
+												"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
+												"           AND s.generation OPERATOR(pg_catalog.=) c.generation),"
+												"       (SELECT s.xmin FROM sharded_seq.sequence_shards s"
+												"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
+												"           AND s.generation OPERATOR(pg_catalog.=) c.generation LIMIT 1),"
+												"       %s"
+												"  FROM sharded_seq.sequence_config c WHERE c.name OPERATOR(pg_catalog.=) $1",
+												cached ? "c.cache" : "'session'::pg_catalog.text"),
+					   1, argtypes);
 	config_relid = ConfigRelid("sequence_config");
 
 	/*
@@ -231,6 +254,8 @@ LoadSequenceConfig(SeqEntry *entry)
 			entry->have_block = false;
 			entry->last_valid = false;
 			entry->lease_valid = false;
+			entry->node_attached = false;
+			entry->session_gen = 0;
 			entry->config_relid = config_relid;
 			entry->id = id;
 			RestoreLast(entry);
@@ -245,6 +270,7 @@ LoadSequenceConfig(SeqEntry *entry)
 		acl = SPI_getbinval(tup, desc, 7, &isnull);
 		entry->acl = CopyAcl(acl, isnull, CacheEntryContext());
 		entry->memcached = strcmp(TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull)), "memcached") == 0;
+		entry->cache_node = strcmp(TextDatumGetCString(SPI_getbinval(tup, desc, 11, &isnull)), "node") == 0;
 		if (nrelids != entry->shards)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -295,26 +321,6 @@ LookupSequence(FunctionCallInfo fcinfo)
 		entry->checked_epoch = PrivilegeEpoch;
 	}
 	return entry;
-}
-
-/*
- * Make the WAL record that covers the shard's last reservation durable, and
- * return its LSN.  nextval_internal() logs ahead and stamps the page with
- * that record's LSN.
- */
-static XLogRecPtr
-FlushShardReservation(Oid relid)
-{
-	Relation	rel = relation_open(relid, NoLock);
-	Buffer		buf = ReadBuffer(rel, 0);
-	XLogRecPtr	lsn;
-
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	lsn = PageGetLSN(BufferGetPage(buf));
-	UnlockReleaseBuffer(buf);
-	relation_close(rel, NoLock);
-	XLogFlush(lsn);
-	return lsn;
 }
 
 /*
@@ -405,39 +411,77 @@ ProtectOlderGenerations(SeqEntry *entry, int64 last)
 }
 
 /*
+ * Are this sequence's blocks reserved in the node cache's order (see the
+ * top of this file)?  A generation this transaction made is drawn by this
+ * session alone, from its own shard, until it commits.
+ */
+static bool
+InNodeOrder(SeqEntry *entry)
+{
+	return entry->cache_node && !entry->memcached && !entry->gen_uncommitted &&
+		NodeCacheEnabled();
+}
+
+/*
  * Reserve the next block of this session's shard, durably (on the
  * synchronous standbys too, when they are in force), and return its first
- * and last values.
+ * and last values.  A node-cached sequence's blocks are all reserved under
+ * its reservation lock, from the shard whose next block comes first (see
+ * the top of this file).
  */
 static void
 CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 {
 	Oid			config_relid = ConfigRelid("sequence_config");
 	int32		locked_id;
-	int64		k;
+	volatile int64 k = 0;
 	bool		overflow;
 	XLogRecPtr	lsn;
+	volatile int32 shard = entry->shard;
+	volatile Oid shard_relid = entry->shard_relid;
+	int32		ordered_id = entry->id;
+	bool		ordered = InNodeOrder(entry);
 
-	/*
-	 * Hold the sequence's draw lock while reserving: a layout change takes it
-	 * exclusively from reading the shards' high-water marks until it commits.
-	 * Taking the lock also reads pending invalidations, so if our layout is
-	 * still current now, no change can slip in before we reserve.
-	 */
-	for (;;)
+	if (ordered)
+		NodeCacheLockReservations(ordered_id);
+	PG_TRY();
 	{
-		locked_id = entry->id;
-		LockDatabaseObject(config_relid, locked_id, 0, ShareLock);
-		if (entry->loaded_epoch == ConfigEpoch)
-			break;
-		UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
-		if (!LoadSequenceConfig(entry))
-			ReportNotFound(KIND_SEQUENCE, entry->cache.name);
-	}
-	k = nextval_internal(entry->shard_relid, false);
-	UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+		/*
+		 * Hold the sequence's draw lock while reserving: a layout change takes
+		 * it exclusively from reading the shards' high-water marks until it
+		 * commits.  Taking the lock also reads pending invalidations, so if our
+		 * layout is still current now, no change can slip in before we reserve.
+		 */
+		for (;;)
+		{
+			locked_id = entry->id;
+			LockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+			if (entry->loaded_epoch == ConfigEpoch)
+				break;
+			UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+			if (!LoadSequenceConfig(entry))
+				ReportNotFound(KIND_SEQUENCE, entry->cache.name);
+		}
+		shard = entry->shard;
+		shard_relid = entry->shard_relid;
+		if (ordered && InNodeOrder(entry) && entry->id == ordered_id)
+		{
+			int32		lowest;
 
-	*first = BlockStart(entry->base, k, entry->shards, entry->shard, entry->block, &overflow);
+			shard_relid = LowestNextShard(entry->id, entry->generation, entry->shards, &lowest);
+			shard = lowest;
+		}
+		k = nextval_internal(shard_relid, false);
+		UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+	}
+	PG_FINALLY();
+	{
+		if (ordered)
+			NodeCacheUnlockReservations(ordered_id);
+	}
+	PG_END_TRY();
+
+	*first = BlockStart(entry->base, k, entry->shards, shard, entry->block, &overflow);
 	if (overflow)
 		ereport(ERROR,
 				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
@@ -454,7 +498,7 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 		XLogFlush(lsn);
 	}
 	else
-		lsn = FlushShardReservation(entry->shard_relid);
+		lsn = FlushShardReservation(shard_relid);
 
 	/*
 	 * A promoted standby must know the block too.  An error here leaves the
@@ -481,7 +525,10 @@ BlockCurrent(SeqEntry *entry)
 		entry->block_base == entry->base;
 }
 
-/* Database tier, and the memcached tier's fallback: a block of our own. */
+/*
+ * Database tier, and the memcached tier's fallback: a block of our own.  The
+ * session keeps to blocks of its own for the rest of the generation.
+ */
 static void
 DrawBlock(SeqEntry *entry)
 {
@@ -490,6 +537,52 @@ DrawBlock(SeqEntry *entry)
 
 	CarveBlock(entry, &first, &last);
 	UseRange(entry, first, last);
+	entry->session_gen = entry->generation;
+}
+
+/* Does this session draw this sequence from the node cache? */
+static bool
+UsesNodeCache(SeqEntry *entry)
+{
+	return InNodeOrder(entry) && entry->session_gen != entry->generation;
+}
+
+/*
+ * Draw from the node cache into *local.  False when this session must draw
+ * per session instead (the cache is full, cannot confirm a block with the
+ * standbys, or the value would not be above this session's last).
+ */
+static bool
+DrawFromNode(SeqEntry *entry, int64 *local)
+{
+	for (int attempt = 0; attempt < 3; attempt++)
+	{
+		int32		value_gen;
+		NodeDrawResult r;
+
+		if (!entry->node_attached)
+		{
+			if (!NodeCacheAttach(entry->config_relid, entry->id, &entry->node))
+			{
+				StatsCount(KIND_SEQUENCE, entry->id, STAT_NODE_FULL, 1);
+				return false;
+			}
+			entry->node_attached = true;
+		}
+		r = NodeCacheDraw(&entry->node, entry->generation, local, &value_gen);
+		if (r == NODE_STALE)
+		{
+			entry->node_attached = false;
+			continue;
+		}
+		if (r != NODE_GOT)
+			return false;
+		/* never below our last (S2): a block of our own lies above it */
+		if (entry->last_valid && *local <= entry->last)
+			return false;
+		return true;
+	}
+	return false;
 }
 
 static char *
@@ -679,6 +772,8 @@ sharded_nextval(PG_FUNCTION_ARGS)
 	if (!BlockCurrent(entry))
 	{
 		entry->have_block = false;
+		if (UsesNodeCache(entry) && DrawFromNode(entry, &local))
+			goto hand_out;
 		/* a generation this transaction made is never published in memcached */
 		if (!entry->memcached || entry->gen_uncommitted)
 			DrawBlock(entry);
@@ -691,6 +786,15 @@ sharded_nextval(PG_FUNCTION_ARGS)
 		}
 	}
 
+	/* never at or below what this session handed out (S2) */
+	while (entry->last_valid && entry->next <= entry->last)
+	{
+		if (entry->block_end > entry->last)
+			entry->next = entry->last + 1;
+		else
+			DrawBlock(entry);
+	}
+
 	/* the node's value first: one outside its range is refused, not used up */
 	local = entry->next;
 	value = node == 0 ? local : SequenceNodeValue(local, entry->cache.name);
@@ -698,7 +802,13 @@ sharded_nextval(PG_FUNCTION_ARGS)
 		entry->have_block = false;
 	else
 		entry->next++;
+	goto done;
 
+hand_out:
+	/* a node cache value: one outside the node's range is refused, and a gap */
+	value = node == 0 ? local : SequenceNodeValue(local, entry->cache.name);
+
+done:
 	entry->last = local;
 	entry->last_valid = true;
 	PG_RETURN_INT64(value);

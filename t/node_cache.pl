@@ -1,0 +1,258 @@
+# The node-wide sequence cache (preloaded; cache 'node', the default): S1,
+# S2 and the order it adds.
+#   1. Short connections one after the other: their values strictly
+#      increase and follow each other, so N connections of one value each
+#      spread over less than 2 blocks + N; none waits for a reservation.
+#   2. One reservation shared by every waiter: a reservation held at wait
+#      point node-cache-reserve while 6 sessions ask for their first value;
+#      the 5 others wait for it on its lock (pg_locks) and then take the
+#      next values of the one block reserved.
+#   3. Load: long sessions (committed and rolled-back draws) and thousands
+#      of short connections (pgbench -C), an immediate shutdown in the
+#      middle, then alter_sequence and advance_sequence in the middle of
+#      more; short connections one after the other between the steps.  No
+#      value twice, each long session's values increasing, the sequential
+#      connections' values increasing throughout, and every value drawn by a
+#      connection that began after advance_sequence above its past.  A clean
+#      restart burns at most two blocks (the rest of the block, and the
+#      prefetched one).
+#   4. A synchronous standby promoted: the standby's WAL receiver is stopped
+#      while sessions draw through the node cache, the primary crashes and
+#      the standby is promoted; it must hand out none of the primary's
+#      values (a block is used only once the standby confirmed it).
+use strict;
+use warnings;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ShardedSeq::Node;
+
+# the advisory lock class of a sequence's node cache reservation
+# (SHARDED_SEQ_LOCK_CLASS, id, 3)
+use constant LOCK_CLASS => 0x53534551;
+
+my $node = ssq_node('main', preload => 1);
+worker_settled($node, 'stress');
+$node->safe_psql('stress', q{
+SELECT sharded_seq.create_sequence('s', shards => 4, block => 100);
+SELECT sharded_seq.create_sequence('w', shards => 4, block => 100);
+CREATE TABLE short_drawn (v bigint);
+});
+
+sub sql { return $node->safe_psql('stress', $_[0]); }
+
+# sequential(N, SEQ): N connections one after the other, a value each
+sub sequential
+{
+	my ($n, $seq) = @_;
+	return map { sql("SELECT sharded_nextval('$seq')") } 1 .. $n;
+}
+
+sub increasing
+{
+	my @v = @_;
+	for my $i (1 .. $#v)
+	{
+		return "$v[$i] after $v[$i - 1]" if $v[$i] <= $v[ $i - 1 ];
+	}
+	return '';
+}
+
+sub stats
+{
+	my ($seq) = @_;
+	return sql("SELECT cache_in_force || ' hits=' || node_cache_hits || ' reservations='
+	              || node_cache_reservations || ' waits=' || node_cache_waits || ' full=' || node_cache_full
+	              FROM sharded_seq.sequences WHERE name = '$seq'");
+}
+
+# ---- 1. short connections one after the other ----
+my @first = sequential(250, 's');
+is(increasing(@first), '', '250 sequential connections: each value above the one before');
+my $spread = $first[-1] - $first[0] + 1;
+note("RESULT 250 one-value connections spread over $spread values (block 100); " . stats('s'));
+cmp_ok($spread, '<=', 2 * 100 + 250, 'their values spread over at most 2 blocks + 250');
+is(sql("SELECT cache_in_force FROM sharded_seq.sequences WHERE name = 's'"), 'node',
+	'the sequence is drawn through the node cache');
+
+# ---- 2. one reservation for every waiter ----
+my $hold = wait_point_hold($node, 'stress', 'node-cache-reserve');
+my $burst = load_start($node, 'stress', 'burst', ("SELECT sharded_nextval('w');\n") x 6);
+my $reserver = wait_point_reached($node, 'stress', 'node-cache-reserve');
+my $waiting = "SELECT count(*) FROM pg_catalog.pg_locks l JOIN sharded_seq.sequence_config c
+                 ON l.objid = c.id::oid AND c.name = 'w'
+                WHERE l.locktype = 'advisory' AND l.classid = " . LOCK_CLASS . "::oid
+                  AND l.objsubid = 3 AND NOT l.granted";
+ok($node->poll_query_until('stress', "SELECT ($waiting) = 5"),
+	'5 sessions wait on the reservation lock while one reserves');
+wait_point_release($hold);
+load_finish($burst);
+my @burst = sort { $a <=> $b } map { $_->{out} =~ /^(\d+)$/mg } @$burst;
+is("@burst", '1 2 3 4 5 6', 'the 6 sessions took the first 6 values of the one block reserved');
+is(sql("SELECT node_cache_reservations || '/' || node_cache_waits FROM sharded_seq.sequences WHERE name = 'w'"),
+	'1/5', 'one reservation, 5 callers waited for it');
+note('RESULT burst of 6 first calls: ' . stats('w'));
+
+# ---- 3. load, an immediate shutdown, alter and advance ----
+my $dir = $PostgreSQL::Test::Utils::tmp_check;
+PostgreSQL::Test::Utils::append_to_file("$dir/short.pgbench",
+	"INSERT INTO short_drawn VALUES (sharded_nextval('s'));\n");
+
+sub short_connections
+{
+	my ($n, $log) = @_;
+	return IPC::Run::start(
+		[
+			$node->installed_command('pgbench'), '-n', '-C', '-c', '4', '-j', '2',
+			'-t', int($n / 4), '-f', "$dir/short.pgbench", $node->connstr('stress')
+		],
+		'>', $log, '2>&1');
+}
+
+# a long session: transactions of a few draws, a fifth rolled back
+sub long_script
+{
+	my ($tag, $seed) = @_;
+	srand($seed);
+	my $sql = '';
+	for (1 .. 20000)
+	{
+		$sql .= stop_point($tag) if $_ % 50 == 0;
+		my $end = rand(5) < 1 ? 'ROLLBACK' : 'COMMIT';
+		$sql .= "BEGIN; SELECT sharded_nextval('s') FROM generate_series(1, " . (1 + int(rand(4))) . "); $end;\n";
+	}
+	return $sql;
+}
+
+my @long;
+my @seq_all = @first;
+my $short_total = 0;
+
+# 3a. the load, cut off by an immediate shutdown
+my $l1 = load_start($node, 'stress', 'long1', map { long_script('l1', $_) } 1 .. 3);
+my $p1 = short_connections(2000, "$dir/pgbench1.log");
+$node->poll_query_until('stress', 'SELECT count(*) >= 600 FROM short_drawn')
+  or die 'the short connections did not start';
+load_progress($l1, 300);
+push @seq_all, sequential(10, 's');
+$node->stop('immediate');
+$p1->finish;
+is(load_cut_off($l1), 3, 'the immediate shutdown cut the long sessions off');
+push @long, map { $_->{out} } @$l1;
+$node->start;
+my $cut = sql('SELECT count(*) FROM short_drawn');
+note("RESULT $cut short connections committed their value before the immediate shutdown");
+push @seq_all, sequential(10, 's');
+
+# 3b. more load; the layout changes, then the sequence is advanced
+my $l2 = load_start($node, 'stress', 'long2', map { long_script('l2', $_) } 4 .. 6);
+my $p2 = short_connections(1600, "$dir/pgbench2.log");
+load_progress($l2, 300);
+sql("SELECT sharded_seq.alter_sequence('s', shards => 3, block => 37)");
+push @seq_all, sequential(10, 's');
+load_progress($l2, 600);
+sql("SELECT sharded_seq.advance_sequence('s', 50000000)");
+my @after_advance = sequential(10, 's');
+push @seq_all, @after_advance;
+my $below = grep { $_ <= 50000000 } @after_advance;
+is($below, 0, 'connections that began after advance_sequence drew above its past');
+$p2->finish or diag(slurp_file("$dir/pgbench2.log"));
+stop_load($node, 'stress', 'l2');
+load_finish($l2);
+is(join('', map { $_->{err} } @$l2), '', 'the long sessions got no error');
+push @long, map { $_->{out} } @$l2;
+$short_total = sql('SELECT count(*) FROM short_drawn');
+cmp_ok($short_total, '>=', 2000, "$short_total short connections drew a value each");
+
+note('RESULT load: ' . stats('s'));
+
+# 3c. a clean restart burns at most the rest of the block and the prefetched one
+my @before_restart = sequential(3, 's');
+$node->restart;
+my @after_restart = sequential(3, 's');
+push @seq_all, @before_restart, @after_restart;
+my $restart_gap = $after_restart[0] - $before_restart[-1];
+note("RESULT a clean restart: the next value came $restart_gap after the last (block 37)");
+note("before @before_restart after @after_restart");
+cmp_ok($restart_gap, '<=', 2 * 37, 'a clean restart burned at most two blocks');
+
+is(increasing(@seq_all), '', scalar(@seq_all)
+	  . ' sequential connections across the shutdown, alter and advance: each value above the one before');
+my @short = split /\n/, sql('SELECT v FROM short_drawn');
+values_check('long sessions, short connections (one value each) and sequential connections',
+	@long, map { [$_] } @short, @seq_all);
+
+# ---- 4. a synchronous standby promoted ----
+my $primary = ssq_node(
+	'primary',
+	preload => 1,
+	allows_streaming => 1,
+	conf => "synchronous_commit = on\nwal_sender_timeout = 0\nrestart_after_crash = on\n");
+$primary->safe_psql('stress', "SELECT sharded_seq.create_sequence('f', shards => 2, block => 20)");
+$primary->backup('base');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'base', has_streaming => 1);
+$standby->start;
+$primary->safe_psql('postgres',
+	"ALTER SYSTEM SET synchronous_standby_names = '*'; SELECT pg_reload_conf()");
+$primary->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'")
+  or die 'the standby did not become synchronous';
+
+my @pvals = map { $primary->safe_psql('stress', "SELECT sharded_nextval('f')") } 1 .. 30;
+my @sessions = map { $primary->background_psql('stress', on_error_stop => 0) } 1 .. 4;
+my %got;
+for my $i (0 .. $#sessions)
+{
+	$sessions[$i]->query_safe("SET application_name = 'f$i'");
+	$got{$i} = $sessions[$i]->query_safe("SELECT sharded_nextval('f') FROM generate_series(1, 5)");
+}
+$primary->safe_psql('stress', 'CHECKPOINT');
+$primary->wait_for_catchup($standby, 'flush', $primary->lsn('flush'));
+my $walrcv = $standby->safe_psql('postgres', 'SELECT pid FROM pg_stat_wal_receiver');
+ok($walrcv, 'the standby has a WAL receiver');
+kill 'STOP', $walrcv;
+for my $i (0 .. $#sessions)
+{
+	my $out = $sessions[$i]->query_until(qr/^sent\n/m,
+		"\\echo sent\nSELECT sharded_nextval('f') FROM generate_series(1, 200);\n");
+	$got{$i} .= "\n$out";
+}
+ok( $primary->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name ~ '^f[0-9]\$' AND state = 'active'
+		    AND wait_event IS DISTINCT FROM 'SyncRep' AND wait_event_type IS DISTINCT FROM 'Lock'"),
+	'with the standby stalled, the sessions wait for a confirmed block (or its lock)');
+note('RESULT stalled: ' . $primary->safe_psql('postgres',
+	"SELECT count(*) FILTER (WHERE wait_event = 'SyncRep') || ' waiting for the standby, '
+	        || count(*) FILTER (WHERE wait_event_type = 'Lock') || ' for the reservation'
+	   FROM pg_stat_activity WHERE application_name ~ '^f[0-9]\$'"));
+$primary->stop('immediate');
+kill 'KILL', $walrcv;
+kill 'CONT', $walrcv;
+for my $i (0 .. $#sessions)
+{
+	eval { $sessions[$i]->{run}->finish; };
+	$got{$i} .= "\n" . $sessions[$i]{stdout};
+}
+$standby->poll_query_until('postgres', 'SELECT true');
+$standby->promote;
+is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 'f', 'the standby was promoted');
+
+my @pre = (@pvals, map { /^(\d+)$/mg } values %got);
+my ($max_pre) = sort { $b <=> $a } @pre;
+my @post;
+while (!@post || $post[-1] <= $max_pre)
+{
+	push @post, map { $standby->safe_psql('stress', "SELECT sharded_nextval('f')") } 1 .. 20;
+	push @post, split /\n/, $standby->safe_psql('stress',
+		"SELECT sharded_nextval('f') FROM generate_series(1, 200)");
+}
+my %seen = map { $_ => 1 } @pre;
+my $reissued = grep { $seen{$_} } @post;
+note('RESULT failover: ' . scalar(@pre) . " values drawn on the primary (up to $max_pre), "
+	  . scalar(@post) . " on the promoted standby, $reissued of them handed out again");
+is($reissued, 0, 'the promoted standby handed out none of the primary\'s values');
+values_check('the primary\'s sessions and connections', [@pvals], map { $got{$_} } sort keys %got);
+
+done_testing();
