@@ -76,6 +76,17 @@ cmp_ok($spread, '<=', 2 * 100 + 250, 'their values spread over at most 2 blocks 
 is(sql("SELECT cache_in_force FROM sharded_seq.sequences WHERE name = 's'"), 'node',
 	'the sequence is drawn through the node cache');
 
+# the node's block is left at once for a newer generation: a connection that
+# begins after advance_sequence or alter_sequence draws above what they start at
+sql("SELECT sharded_seq.advance_sequence('s', 1000000)");
+my ($advanced) = sequential(1, 's');
+cmp_ok($advanced, '>', 1000000, 'the first connection after advance_sequence draws above its past');
+my $hw = sql("SELECT reserved_high_water FROM sharded_seq.sequences WHERE name = 's'");
+sql("SELECT sharded_seq.alter_sequence('s', block => 50)");
+my ($altered) = sequential(1, 's');
+cmp_ok($altered, '>', $hw, 'the first connection after alter_sequence draws above everything reserved');
+push @first, $advanced, $altered;
+
 # ---- 2. one reservation for every waiter ----
 my $hold = wait_point_hold($node, 'stress', 'node-cache-reserve');
 my $burst = load_start($node, 'stress', 'burst', ("SELECT sharded_nextval('w');\n") x 6);
@@ -189,7 +200,10 @@ my $primary = ssq_node(
 	preload => 1,
 	allows_streaming => 1,
 	conf => "synchronous_commit = on\nwal_sender_timeout = 0\nrestart_after_crash = on\n");
-$primary->safe_psql('stress', "SELECT sharded_seq.create_sequence('f', shards => 2, block => 20)");
+# one shard, blocks of 20: a WAL record of the shard reserves 32 blocks
+# ahead, so the stalled sessions ask for far more than that (the test would
+# not bite otherwise: the standby knows the blocks a record reserved ahead)
+$primary->safe_psql('stress', "SELECT sharded_seq.create_sequence('f', shards => 1, block => 20)");
 $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'base', has_streaming => 1);
@@ -205,7 +219,8 @@ my @sessions = map { $primary->background_psql('stress', on_error_stop => 0) } 1
 my %got;
 for my $i (0 .. $#sessions)
 {
-	$sessions[$i]->query_safe("SET application_name = 'f$i'");
+	# an open transaction: a result comes back without waiting for a commit
+	$sessions[$i]->query_safe("SET application_name = 'f$i'; BEGIN");
 	$got{$i} = $sessions[$i]->query_safe("SELECT sharded_nextval('f') FROM generate_series(1, 5)");
 }
 $primary->safe_psql('stress', 'CHECKPOINT');
@@ -216,7 +231,7 @@ kill 'STOP', $walrcv;
 for my $i (0 .. $#sessions)
 {
 	my $out = $sessions[$i]->query_until(qr/^sent\n/m,
-		"\\echo sent\nSELECT sharded_nextval('f') FROM generate_series(1, 200);\n");
+		"\\echo sent\nSELECT sharded_nextval('f') FROM generate_series(1, 400);\n");
 	$got{$i} .= "\n$out";
 }
 ok( $primary->poll_query_until('postgres',
