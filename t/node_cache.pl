@@ -20,6 +20,11 @@
 #      while sessions draw through the node cache, the primary crashes and
 #      the standby is promoted; it must hand out none of the primary's
 #      values (a block is used only once the standby confirmed it).
+#   5. A node cache with room for 2 sequences, 3 drawn in turn: a sequence
+#      that finds no room draws per session (counted), an idle entry goes to
+#      the next sequence that needs one, and sessions whose entry went to
+#      another sequence attach again; no value twice, each session's
+#      increasing.
 use strict;
 use warnings;
 use IPC::Run;
@@ -269,5 +274,44 @@ note('RESULT failover: ' . scalar(@pre) . " values drawn on the primary (up to $
 	  . scalar(@post) . " on the promoted standby, $reissued of them handed out again");
 is($reissued, 0, 'the promoted standby handed out none of the primary\'s values');
 values_check('the primary\'s sessions and connections', [@pvals], map { $got{$_} } sort keys %got);
+
+# ---- 5. a full node cache ----
+my $small = ssq_node('small', preload => 1, conf => "sharded_seq.node_cache_sequences = 2\n");
+$small->safe_psql('stress', q{
+SELECT sharded_seq.create_sequence('a', block => 10);
+SELECT sharded_seq.create_sequence('b', block => 10);
+SELECT sharded_seq.create_sequence('c', block => 10);
+});
+sub ssql { return $small->safe_psql('stress', $_[0]); }
+sub cache_rows
+{
+	return ssql("SELECT string_agg(name || ':' || cache_in_force || ' full=' || node_cache_full
+	               || ' reservations=' || node_cache_reservations, ', ' ORDER BY name) FROM sharded_seq.sequences");
+}
+ssql("SELECT sharded_nextval('a'), sharded_nextval('b')");
+ssql("SELECT sharded_nextval('c')");
+like(cache_rows(), qr/^a:node full=0 reservations=1, b:node full=0 reservations=1, c:session full=1 reservations=0$/,
+	'the third sequence found no room and drew per session');
+# the sweep that found no room noted a's and b's positions; neither moved since
+ssql("SELECT sharded_nextval('c')");
+like(cache_rows(), qr/c:node full=1 reservations=1$/,
+	'an entry idle since the last sweep went to the sequence that needed one');
+
+# three sessions draw the three in turn, in different orders
+my @order = (('a') x 6, ('b') x 6, ('c') x 6);
+my @orders = ([@order], [ reverse @order ], [ map { ($_) x 6 } qw(b c a) ]);
+my @turn = parallel_psql($small, 'stress',
+	map { [ map { "SELECT sharded_nextval('$_') FROM generate_series(1, 25)" } @$_ ] } @orders);
+note('RESULT a node cache with room for 2 sequences, 3 drawn in turn: ' . cache_rows());
+my %per;
+for my $i (0 .. $#orders)
+{
+	my @lines = split /\n/, $turn[$i];
+	for my $k (0 .. $#{ $orders[$i] })
+	{
+		push @{ $per{ $orders[$i][$k] }[$i] }, @lines[ $k * 25 .. $k * 25 + 24 ];
+	}
+}
+values_check("sequence $_ drawn through a full node cache", @{ $per{$_} }) for qw(a b c);
 
 done_testing();
