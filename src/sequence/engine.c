@@ -37,7 +37,12 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relation.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
@@ -51,7 +56,9 @@
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -174,39 +181,115 @@ static ObjectCache SeqCache = {
 };
 static uint32 SessionSalt = 0;
 
-/* Load name's configuration with the latest snapshot; false if it is gone. */
+/*
+ * Where the configuration lives: the tables, their indexes and the column
+ * numbers, looked up again when ConfigEpoch moves (an update of the
+ * extension may add columns; a reinstallation makes new tables).
+ */
+typedef struct ConfigPlaces
+{
+	uint64		epoch;
+	Oid			config;			/* sequence_config */
+	Oid			by_name;		/* its unique index on name, or InvalidOid */
+	AttrNumber	c_id,
+				c_name,
+				c_generation,
+				c_base,
+				c_shards,
+				c_block,
+				c_owner,
+				c_acl,
+				c_tier,
+				c_cache;		/* InvalidAttrNumber before schema 1.5 */
+	Oid			shards;			/* sequence_shards */
+	Oid			by_generation;	/* its primary key (seq_id, generation, shard) */
+	AttrNumber	s_seq_id,
+				s_generation,
+				s_shard,
+				s_relid;
+} ConfigPlaces;
+
+static ConfigPlaces Places = {PG_UINT64_MAX};
+
+static AttrNumber
+ColumnOf(Oid relid, const char *column, bool required)
+{
+	AttrNumber	attno = get_attnum(relid, column);
+
+	if (attno == InvalidAttrNumber && required)
+		elog(ERROR, "sharded_seq's table %u has no column \"%s\"", relid, column);
+	return attno;
+}
+
+static ConfigPlaces *
+FindConfigPlaces(void)
+{
+	Oid			namespace;
+
+	if (Places.epoch == ConfigEpoch)
+		return &Places;
+	Places.config = ConfigRelid("sequence_config");
+	Places.shards = ConfigRelid("sequence_shards");
+	namespace = get_rel_namespace(Places.config);
+	/* the names the base script's constraints gave them (kept by a dump) */
+	Places.by_name = get_relname_relid("sequence_config_name_key", namespace);
+	Places.by_generation = get_relname_relid("sequence_shards_pkey", namespace);
+	Places.c_id = ColumnOf(Places.config, "id", true);
+	Places.c_name = ColumnOf(Places.config, "name", true);
+	Places.c_generation = ColumnOf(Places.config, "generation", true);
+	Places.c_base = ColumnOf(Places.config, "base", true);
+	Places.c_shards = ColumnOf(Places.config, "shards", true);
+	Places.c_block = ColumnOf(Places.config, "block", true);
+	Places.c_owner = ColumnOf(Places.config, "owner", true);
+	Places.c_acl = ColumnOf(Places.config, "acl", true);
+	Places.c_tier = ColumnOf(Places.config, "tier", true);
+	Places.c_cache = ColumnOf(Places.config, "cache", false);
+	Places.s_seq_id = ColumnOf(Places.shards, "seq_id", true);
+	Places.s_generation = ColumnOf(Places.shards, "generation", true);
+	Places.s_shard = ColumnOf(Places.shards, "shard", true);
+	Places.s_relid = ColumnOf(Places.shards, "relid", true);
+	Places.epoch = ConfigEpoch;
+	return &Places;
+}
+
+/* Does a text column of tup hold value? */
+static bool
+TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, attno, desc, &isnull);
+	char	   *str;
+	bool		is;
+
+	if (isnull)
+		return false;
+	str = TextDatumGetCString(d);
+	is = strcmp(str, value) == 0;
+	pfree(str);
+	return is;
+}
+
+/*
+ * Load name's configuration with the latest snapshot; false if it is gone.
+ * The rows are read straight from the tables through their indexes (no SQL
+ * is planned), which keeps a new connection's first call cheap; the
+ * extension's own code reads its own tables, so no privilege applies.
+ */
 static bool
 LoadSequenceConfig(SeqEntry *entry)
 {
-	static SPIPlanPtr plans[2] = {NULL, NULL};
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1];
-	OwnerContext ctx;
+	ConfigPlaces *places;
 	bool		found = false;
 	uint64		epoch;
 	Snapshot	snapshot;
-	Oid			config_relid;
-	bool		cached;
-	SPIPlanPtr	plan;
+	Relation	config;
+	Relation	shards_rel;
+	SysScanDesc scan;
+	ScanKeyData key[2];
+	HeapTuple	tup;
 
-	args[0] = CStringGetTextDatum(entry->cache.name);
-	BeginAsOwner(&ctx);
-	/* schema 1.4 has no cache column: every sequence draws per session */
-	cached = NodeCacheStored();
-	plan = PreparePlan(&plans[cached], psprintf(
-												"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl, c.tier,"
-												"       (SELECT pg_catalog.array_agg(s.relid::pg_catalog.oid ORDER BY s.shard)"
-												"          FROM sharded_seq.sequence_shards s"
-												"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
-												"           AND s.generation OPERATOR(pg_catalog.=) c.generation),"
-												"       (SELECT s.xmin FROM sharded_seq.sequence_shards s"
-												"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
-												"           AND s.generation OPERATOR(pg_catalog.=) c.generation LIMIT 1),"
-												"       %s"
-												"  FROM sharded_seq.sequence_config c WHERE c.name OPERATOR(pg_catalog.=) $1",
-												cached ? "c.cache" : "'session'::pg_catalog.text"),
-					   1, argtypes);
-	config_relid = ConfigRelid("sequence_config");
+	/* the extension is used here (BeginAsOwner notes it elsewhere) */
+	RegistryNoteUse();
 
 	/*
 	 * The epoch is read before the snapshot is taken.  A change that commits
@@ -214,41 +297,32 @@ LoadSequenceConfig(SeqEntry *entry)
 	 * epoch on, so this load is never taken for current.
 	 */
 	AcceptInvalidationMessages();
+	places = FindConfigPlaces();
 	epoch = ConfigEpoch;
-	snapshot = GetLatestSnapshot();
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	/* a change may commit here, after the snapshot (specs/config_race) */
 	WAIT_POINT("sequence-config-read");
-	if (SPI_execute_snapshot(plan, args, NULL, snapshot,
-							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read sharded_seq.sequence_config");
 
-	if (SPI_processed == 1)
+	config = table_open(places->config, AccessShareLock);
+	ScanKeyEntryInitialize(&key[0], 0, places->c_name, BTEqualStrategyNumber, InvalidOid,
+						   TupleDescAttr(RelationGetDescr(config), places->c_name - 1)->attcollation,
+						   F_TEXTEQ, CStringGetTextDatum(entry->cache.name));
+	scan = systable_beginscan(config, places->by_name, OidIsValid(places->by_name),
+							  snapshot, 1, key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		TupleDesc	desc = RelationGetDescr(config);
 		bool		isnull;
-		int32		id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		int32		id = DatumGetInt32(heap_getattr(tup, places->c_id, desc, &isnull));
 		Datum		acl;
-		Datum		relids_datum;
-		ArrayType  *relids;
-		Datum	   *relid_values;
-		int			nrelids;
-		Datum		shards_xmin;
+		Oid		   *relids;
+		int			nrelids = 0;
+		TransactionId shards_xmin = InvalidTransactionId;
+		SysScanDesc shard_scan;
+		HeapTuple	shard_tup;
 
-		relids_datum = SPI_getbinval(tup, desc, 9, &isnull);
-		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("sharded sequence \"%s\" has no shards", entry->cache.name),
-					 errdetail("Its rows in sharded_seq.sequence_shards are missing."),
-					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
-							 entry->cache.name)));
-		relids = DatumGetArrayTypeP(relids_datum);
-		deconstruct_array(relids, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
-						  &relid_values, NULL, &nrelids);
-		shards_xmin = SPI_getbinval(tup, desc, 10, &isnull);
-
-		if (id != entry->id || config_relid != entry->config_relid)
+		if (id != entry->id || places->config != entry->config_relid)
 		{
 			/* another object under this name: forget this session's past */
 			entry->have_block = false;
@@ -256,21 +330,52 @@ LoadSequenceConfig(SeqEntry *entry)
 			entry->lease_valid = false;
 			entry->node_attached = false;
 			entry->session_gen = 0;
-			entry->config_relid = config_relid;
+			entry->config_relid = places->config;
 			entry->id = id;
 			RestoreLast(entry);
 		}
-		entry->generation = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		entry->base = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-		entry->shards = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
-		entry->block = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-		entry->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 6, &isnull));
+		entry->generation = DatumGetInt32(heap_getattr(tup, places->c_generation, desc, &isnull));
+		entry->base = DatumGetInt64(heap_getattr(tup, places->c_base, desc, &isnull));
+		entry->shards = DatumGetInt32(heap_getattr(tup, places->c_shards, desc, &isnull));
+		entry->block = DatumGetInt32(heap_getattr(tup, places->c_block, desc, &isnull));
+		entry->owner = DatumGetObjectId(heap_getattr(tup, places->c_owner, desc, &isnull));
 		if (entry->acl)
 			pfree(entry->acl);
-		acl = SPI_getbinval(tup, desc, 7, &isnull);
+		acl = heap_getattr(tup, places->c_acl, desc, &isnull);
 		entry->acl = CopyAcl(acl, isnull, CacheEntryContext());
-		entry->memcached = strcmp(TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull)), "memcached") == 0;
-		entry->cache_node = strcmp(TextDatumGetCString(SPI_getbinval(tup, desc, 11, &isnull)), "node") == 0;
+		entry->memcached = TextColumnIs(tup, places->c_tier, desc, "memcached");
+		/* schema 1.4 has no cache column: every sequence draws per session */
+		entry->cache_node = places->c_cache != InvalidAttrNumber &&
+			TextColumnIs(tup, places->c_cache, desc, "node");
+
+		/* the generation's shards, in shard order */
+		relids = palloc(sizeof(Oid) * Max(entry->shards, 1));
+		shards_rel = table_open(places->shards, AccessShareLock);
+		ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(id));
+		ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ,
+					Int32GetDatum(entry->generation));
+		shard_scan = systable_beginscan(shards_rel, places->by_generation,
+										OidIsValid(places->by_generation), snapshot, 2, key);
+		while (HeapTupleIsValid(shard_tup = systable_getnext(shard_scan)))
+		{
+			TupleDesc	sdesc = RelationGetDescr(shards_rel);
+			int32		shard = DatumGetInt32(heap_getattr(shard_tup, places->s_shard, sdesc, &isnull));
+
+			if (nrelids == 0)
+				shards_xmin = HeapTupleHeaderGetRawXmin(shard_tup->t_data);
+			if (shard >= 0 && shard < entry->shards)
+				relids[shard] = DatumGetObjectId(heap_getattr(shard_tup, places->s_relid, sdesc, &isnull));
+			nrelids++;
+		}
+		systable_endscan(shard_scan);
+		table_close(shards_rel, AccessShareLock);
+		if (nrelids == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("sharded sequence \"%s\" has no shards", entry->cache.name),
+					 errdetail("Its rows in sharded_seq.sequence_shards are missing."),
+					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
+							 entry->cache.name)));
 		if (nrelids != entry->shards)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -278,16 +383,18 @@ LoadSequenceConfig(SeqEntry *entry)
 							entry->cache.name, nrelids, entry->shards),
 					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
 							 entry->cache.name)));
-		entry->gen_uncommitted =
-			TransactionIdIsCurrentTransactionId(DatumGetTransactionId(shards_xmin));
+		entry->gen_uncommitted = TransactionIdIsCurrentTransactionId(shards_xmin);
 		entry->shard = (int32) ((SessionSalt + (uint32) id) % (uint32) entry->shards);
-		entry->shard_relid = DatumGetObjectId(relid_values[entry->shard]);
+		entry->shard_relid = relids[entry->shard];
+		pfree(relids);
 		if (entry->generation != entry->block_generation)
 			entry->lease_valid = false;
 		entry->checked_user = InvalidOid;
 		found = true;
 	}
-	EndAsOwner(&ctx);
+	systable_endscan(scan);
+	table_close(config, AccessShareLock);
+	UnregisterSnapshot(snapshot);
 	/* a name that is gone is looked up again at every call */
 	entry->loaded_epoch = found ? epoch : 0;
 	return found;
