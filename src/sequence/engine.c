@@ -211,43 +211,52 @@ typedef struct ConfigPlaces
 
 static ConfigPlaces Places = {PG_UINT64_MAX};
 
+/* A column's number, from the relation's descriptor (no catalog lookup). */
 static AttrNumber
-ColumnOf(Oid relid, const char *column, bool required)
+ColumnOf(Relation rel, const char *column, bool required)
 {
-	AttrNumber	attno = get_attnum(relid, column);
+	TupleDesc	desc = RelationGetDescr(rel);
 
-	if (attno == InvalidAttrNumber && required)
-		elog(ERROR, "sharded_seq's table %u has no column \"%s\"", relid, column);
-	return attno;
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), column) == 0)
+			return att->attnum;
+	}
+	if (required)
+		elog(ERROR, "sharded_seq's table \"%s\" has no column \"%s\"",
+			 RelationGetRelationName(rel), column);
+	return InvalidAttrNumber;
 }
 
+/* The places of the configuration, with both tables open. */
 static ConfigPlaces *
-FindConfigPlaces(void)
+FindConfigPlaces(Relation config, Relation shards)
 {
-	Oid			namespace;
+	Oid			namespace = RelationGetNamespace(config);
 
-	if (Places.epoch == ConfigEpoch)
+	if (Places.epoch == ConfigEpoch && Places.config == RelationGetRelid(config))
 		return &Places;
-	Places.config = ConfigRelid("sequence_config");
-	Places.shards = ConfigRelid("sequence_shards");
-	namespace = get_rel_namespace(Places.config);
+	Places.config = RelationGetRelid(config);
+	Places.shards = RelationGetRelid(shards);
 	/* the names the base script's constraints gave them (kept by a dump) */
 	Places.by_name = get_relname_relid("sequence_config_name_key", namespace);
 	Places.by_generation = get_relname_relid("sequence_shards_pkey", namespace);
-	Places.c_id = ColumnOf(Places.config, "id", true);
-	Places.c_name = ColumnOf(Places.config, "name", true);
-	Places.c_generation = ColumnOf(Places.config, "generation", true);
-	Places.c_base = ColumnOf(Places.config, "base", true);
-	Places.c_shards = ColumnOf(Places.config, "shards", true);
-	Places.c_block = ColumnOf(Places.config, "block", true);
-	Places.c_owner = ColumnOf(Places.config, "owner", true);
-	Places.c_acl = ColumnOf(Places.config, "acl", true);
-	Places.c_tier = ColumnOf(Places.config, "tier", true);
-	Places.c_cache = ColumnOf(Places.config, "cache", false);
-	Places.s_seq_id = ColumnOf(Places.shards, "seq_id", true);
-	Places.s_generation = ColumnOf(Places.shards, "generation", true);
-	Places.s_shard = ColumnOf(Places.shards, "shard", true);
-	Places.s_relid = ColumnOf(Places.shards, "relid", true);
+	Places.c_id = ColumnOf(config, "id", true);
+	Places.c_name = ColumnOf(config, "name", true);
+	Places.c_generation = ColumnOf(config, "generation", true);
+	Places.c_base = ColumnOf(config, "base", true);
+	Places.c_shards = ColumnOf(config, "shards", true);
+	Places.c_block = ColumnOf(config, "block", true);
+	Places.c_owner = ColumnOf(config, "owner", true);
+	Places.c_acl = ColumnOf(config, "acl", true);
+	Places.c_tier = ColumnOf(config, "tier", true);
+	Places.c_cache = ColumnOf(config, "cache", false);
+	Places.s_seq_id = ColumnOf(shards, "seq_id", true);
+	Places.s_generation = ColumnOf(shards, "generation", true);
+	Places.s_shard = ColumnOf(shards, "shard", true);
+	Places.s_relid = ColumnOf(shards, "relid", true);
 	Places.epoch = ConfigEpoch;
 	return &Places;
 }
@@ -296,14 +305,15 @@ LoadSequenceConfig(SeqEntry *entry)
 	 * after that point is not in the snapshot, but its invalidation moves the
 	 * epoch on, so this load is never taken for current.
 	 */
+	config = table_open(ConfigRelid("sequence_config"), AccessShareLock);
+	shards_rel = table_open(ConfigRelid("sequence_shards"), AccessShareLock);
+	places = FindConfigPlaces(config, shards_rel);
 	AcceptInvalidationMessages();
-	places = FindConfigPlaces();
 	epoch = ConfigEpoch;
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	/* a change may commit here, after the snapshot (specs/config_race) */
 	WAIT_POINT("sequence-config-read");
 
-	config = table_open(places->config, AccessShareLock);
 	ScanKeyEntryInitialize(&key[0], 0, places->c_name, BTEqualStrategyNumber, InvalidOid,
 						   TupleDescAttr(RelationGetDescr(config), places->c_name - 1)->attcollation,
 						   F_TEXTEQ, CStringGetTextDatum(entry->cache.name));
@@ -350,7 +360,6 @@ LoadSequenceConfig(SeqEntry *entry)
 
 		/* the generation's shards, in shard order */
 		relids = palloc(sizeof(Oid) * Max(entry->shards, 1));
-		shards_rel = table_open(places->shards, AccessShareLock);
 		ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(id));
 		ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ,
 					Int32GetDatum(entry->generation));
@@ -368,7 +377,6 @@ LoadSequenceConfig(SeqEntry *entry)
 			nrelids++;
 		}
 		systable_endscan(shard_scan);
-		table_close(shards_rel, AccessShareLock);
 		if (nrelids == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -393,6 +401,7 @@ LoadSequenceConfig(SeqEntry *entry)
 		found = true;
 	}
 	systable_endscan(scan);
+	table_close(shards_rel, AccessShareLock);
 	table_close(config, AccessShareLock);
 	UnregisterSnapshot(snapshot);
 	/* a name that is gone is looked up again at every call */
