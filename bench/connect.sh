@@ -10,7 +10,10 @@
 #     100 connections each, for the same three;
 #   - values burned: CONNECTIONS connections (default 10,000, pgbench -C)
 #     that draw one value each: the spread of the values drawn (max - min +
-#     1) against their number, with each cache.
+#     1) against their number, with each cache;
+#   - long sessions, the node cache against a block per session: P1
+#     (count(sharded_nextval) over 2,000,000 rows against nextval CACHE
+#     block, best of 3) and P2 (pgbench -M prepared c=16 against SELECT 1).
 # Workloads are interleaved over ROUNDS rounds; ratios are medians of
 # per-round ratios.  Benchmarks are not tests: nothing here asserts a timing.
 set -euo pipefail
@@ -31,6 +34,8 @@ SELECT sharded_seq.create_sequence('s_node');
 SELECT sharded_seq.create_sequence('s_session', cache => 'session');
 SELECT sharded_seq.create_sequence('b_node');
 SELECT sharded_seq.create_sequence('b_session', cache => 'session');
+SELECT sharded_seq.create_sequence('p1_node');
+SELECT sharded_seq.create_sequence('p1_session', cache => 'session');
 CREATE TABLE drawn (seq text, v bigint);
 SQL
 
@@ -78,6 +83,29 @@ for b in b_node b_session; do
 done
 spread() { q "SELECT count(*) || ' values spread over ' || (max(v) - min(v) + 1) FROM drawn WHERE seq = '$1'"; }
 
+# long sessions: P1 inside one statement, P2 at c=16
+best_ms() {
+    for _ in 1 2 3; do
+        psql -qX -d bench -c '\timing on' -c "$1" 2>&1 | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
+    done | sort -g | head -n 1
+}
+p1_native=$(best_ms "SELECT count(nextval('n_block')) FROM generate_series(1, 2000000)")
+p1_node=$(best_ms "SELECT count(sharded_nextval('p1_node')) FROM generate_series(1, 2000000)")
+p1_session=$(best_ms "SELECT count(sharded_nextval('p1_session')) FROM generate_series(1, 2000000)")
+declare -A L
+for r in $(seq 1 "$ROUNDS"); do
+    for w in select1 sharded_node sharded_session; do
+        tps=$(pgbench -n -M prepared -j 2 -c 16 -T "$T" -f "$WORK/$w.sql" bench 2>/dev/null \
+              | awk '/^tps = / {printf "%.1f", $3}')
+        L[$w]="${L[$w]:-} ${tps:-0}"
+        printf 'round %s %-16s c=16 %8s tps\n' "$r" "$w" "${tps:-0}" >&2
+    done
+done
+lratio() {
+    local -a a=(${L[$1]}) b=(${L[$2]})
+    for i in "${!a[@]}"; do awk -v x="${a[$i]}" -v y="${b[$i]}" 'BEGIN {printf "%.3f ", (y > 0) ? x / y : 0}'; done | median
+}
+
 echo "short connections, pgbench -C c=8, ${T}s x $ROUNDS rounds (median tps; ratios: median of per-round ratios)"
 for w in $ORDER; do printf '  %-16s %10s tps   (%s)\n' "$w" "$(echo "${RUNS[$w]}" | median)" "${RUNS[$w]# }"; done
 echo "P10 sharded_nextval (node) / SELECT 1, -C:          $(ratio sharded_node select1)   (bar >= 0.95)"
@@ -86,4 +114,6 @@ echo "    sharded_nextval (session) / SELECT 1, -C:       $(ratio sharded_sessio
 echo "    nextval CACHE $BLOCK / SELECT 1, -C:               $(ratio nextval select1)"
 echo "first call in a new session (median of 100, ms): sharded_nextval node $fc_node, session $fc_session; nextval $fc_native; SELECT 1 $fc_select"
 echo "P11 $N one-value connections, block $BLOCK: node cache $(spread b_node) (bar <= 2 blocks + $N = $((2 * BLOCK + N))); per session $(spread b_session)"
+echo "long sessions: P1 count over 2,000,000 rows (best of 3): nextval CACHE $BLOCK ${p1_native} ms, node cache ${p1_node} ms ($(awk -v a="$p1_node" -v b="$p1_native" 'BEGIN {printf "%.2f", a / b}')), per session ${p1_session} ms ($(awk -v a="$p1_session" -v b="$p1_native" 'BEGIN {printf "%.2f", a / b}'))   (bar <= 1.0)"
+echo "long sessions: P2 pgbench -M prepared c=16 / SELECT 1 ($(echo "${L[select1]}" | median) tps): node cache $(lratio sharded_node select1), per session $(lratio sharded_session select1)   (bar >= 0.95)"
 q "SELECT name, cache_in_force, node_cache_hits, node_cache_reservations, node_cache_waits FROM sharded_seq.sequences ORDER BY name" | sed 's/^/  view: /'

@@ -10,11 +10,17 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relation.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "common/int.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -22,7 +28,10 @@
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 #include "sequence/sequence_internal.h"
 
@@ -61,6 +70,82 @@ BlockStart(int64 base, int64 k, int32 shards, int32 shard, int32 block,
 		pg_mul_s64_overflow(index, block, &offset) ||
 		pg_add_s64_overflow(base, offset, &start);
 	return *overflow ? 0 : start;
+}
+
+/*
+ * Where the configuration lives (ConfigPlaces in sequence_internal.h),
+ * looked up again when ConfigEpoch moves (an update of the extension may add
+ * columns; a reinstallation makes new tables).
+ */
+
+static ConfigPlaces Places = {PG_UINT64_MAX};
+
+/* A column's number, from the relation's descriptor (no catalog lookup). */
+static AttrNumber
+ColumnOf(Relation rel, const char *column, bool required)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), column) == 0)
+			return att->attnum;
+	}
+	if (required)
+		elog(ERROR, "sharded_seq's table \"%s\" has no column \"%s\"",
+			 RelationGetRelationName(rel), column);
+	return InvalidAttrNumber;
+}
+
+/* The places of the configuration, with both tables open. */
+ConfigPlaces *
+SequenceConfigPlaces(Relation config, Relation shards)
+{
+	Oid			namespace = RelationGetNamespace(config);
+
+	if (Places.epoch == ConfigEpoch && Places.config == RelationGetRelid(config))
+		return &Places;
+	Places.config = RelationGetRelid(config);
+	Places.shards = RelationGetRelid(shards);
+	/* the names the base script's constraints gave them (kept by a dump) */
+	Places.by_name = get_relname_relid("sequence_config_name_key", namespace);
+	Places.by_id = get_relname_relid("sequence_config_pkey", namespace);
+	Places.by_generation = get_relname_relid("sequence_shards_pkey", namespace);
+	Places.c_id = ColumnOf(config, "id", true);
+	Places.c_name = ColumnOf(config, "name", true);
+	Places.c_generation = ColumnOf(config, "generation", true);
+	Places.c_base = ColumnOf(config, "base", true);
+	Places.c_shards = ColumnOf(config, "shards", true);
+	Places.c_block = ColumnOf(config, "block", true);
+	Places.c_owner = ColumnOf(config, "owner", true);
+	Places.c_acl = ColumnOf(config, "acl", true);
+	Places.c_tier = ColumnOf(config, "tier", true);
+	Places.c_cache = ColumnOf(config, "cache", false);
+	Places.s_seq_id = ColumnOf(shards, "seq_id", true);
+	Places.s_generation = ColumnOf(shards, "generation", true);
+	Places.s_shard = ColumnOf(shards, "shard", true);
+	Places.s_relid = ColumnOf(shards, "relid", true);
+	Places.epoch = ConfigEpoch;
+	return &Places;
+}
+
+/* Does a text column of tup hold value? */
+bool
+TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, attno, desc, &isnull);
+	char	   *str;
+	bool		is;
+
+	if (isnull)
+		return false;
+	str = TextDatumGetCString(d);
+	is = strcmp(str, value) == 0;
+	pfree(str);
+	return is;
 }
 
 /*
@@ -124,41 +209,66 @@ GenerationHighWater(int32 seq_id, int32 generation, int64 base, int32 shards,
 }
 
 /*
+ * The next block a shard (a native sequence) will reserve: its last_value
+ * + 1, or 0 if it reserved none, read from its page as nextval_internal
+ * leaves it (what pg_sequence_last_value reports).
+ */
+static int64
+ShardNextK(Oid relid)
+{
+	Relation	rel = relation_open(relid, AccessShareLock);
+	Buffer		buf = ReadBuffer(rel, 0);
+	Page		page;
+	ItemId		lp;
+	HeapTupleHeader th;
+	Form_pg_sequence_data seq;
+	int64		next;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	lp = PageGetItemId(page, FirstOffsetNumber);
+	th = (HeapTupleHeader) PageGetItem(page, lp);
+	seq = (Form_pg_sequence_data) ((char *) th + th->t_hoff);
+	next = seq->is_called ? seq->last_value + 1 : seq->last_value;
+	UnlockReleaseBuffer(buf);
+	relation_close(rel, NoLock);
+	return next;
+}
+
+/*
  * The shard of a generation whose next block comes first: the smallest
  * (k + 1) * shards + i over shards i that reserved block k last (0 for one
  * that reserved none).  Its next block lies above every block of the
  * generation that was the first in line when it was taken, so a node that
  * always takes this one hands out increasing blocks, consecutive ones when
- * it alone draws (node_cache.c).  Call under the draw lock: a layout change
- * cannot retire the generation meanwhile.
+ * it alone draws (node_cache.c).  Call under the draw lock and the node
+ * cache's reservation lock: no shard moves meanwhile, and no layout change
+ * retires the generation.  Reads the tables and pages directly: no SQL.
  */
 Oid
 LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[2] = {INT4OID, INT4OID};
-	Datum		args[2] = {Int32GetDatum(seq_id), Int32GetDatum(generation)};
-	OwnerContext ctx;
+	Relation	config = table_open(ConfigRelid("sequence_config"), AccessShareLock);
+	Relation	shards_rel = table_open(ConfigRelid("sequence_shards"), AccessShareLock);
+	ConfigPlaces *places = SequenceConfigPlaces(config, shards_rel);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
 	Oid			best_relid = InvalidOid;
 	int128		best = 0;
 
-	BeginAsOwner(&ctx);
-	PreparePlan(&plan,
-				"SELECT s.shard, s.relid::pg_catalog.oid, pg_catalog.pg_sequence_last_value(s.relid)"
-				"  FROM sharded_seq.sequence_shards s"
-				" WHERE s.seq_id OPERATOR(pg_catalog.=) $1 AND s.generation OPERATOR(pg_catalog.=) $2",
-				2, argtypes);
-	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read shards of sharded sequence %d", seq_id);
-	for (uint64 i = 0; i < SPI_processed; i++)
+	ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(seq_id));
+	ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(generation));
+	scan = systable_beginscan(shards_rel, places->by_generation, OidIsValid(places->by_generation),
+							  snapshot, 2, key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		TupleDesc	desc = RelationGetDescr(shards_rel);
 		bool		isnull;
-		int32		s = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
-		Oid			relid = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
-		Datum		k = SPI_getbinval(tup, desc, 3, &isnull);
-		int128		next = ((isnull ? 0 : (int128) DatumGetInt64(k) + 1)) * shards + s;
+		int32		s = DatumGetInt32(heap_getattr(tup, places->s_shard, desc, &isnull));
+		Oid			relid = DatumGetObjectId(heap_getattr(tup, places->s_relid, desc, &isnull));
+		int128		next = (int128) ShardNextK(relid) * shards + s;
 
 		if (!OidIsValid(best_relid) || next < best)
 		{
@@ -167,7 +277,10 @@ LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
 			*shard = s;
 		}
 	}
-	EndAsOwner(&ctx);
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(shards_rel, AccessShareLock);
+	table_close(config, AccessShareLock);
 	if (!OidIsValid(best_relid))
 		elog(ERROR, "sharded sequence %d has no shards in generation %d", seq_id, generation);
 	return best_relid;

@@ -182,103 +182,6 @@ static ObjectCache SeqCache = {
 static uint32 SessionSalt = 0;
 
 /*
- * Where the configuration lives: the tables, their indexes and the column
- * numbers, looked up again when ConfigEpoch moves (an update of the
- * extension may add columns; a reinstallation makes new tables).
- */
-typedef struct ConfigPlaces
-{
-	uint64		epoch;
-	Oid			config;			/* sequence_config */
-	Oid			by_name;		/* its unique index on name, or InvalidOid */
-	AttrNumber	c_id,
-				c_name,
-				c_generation,
-				c_base,
-				c_shards,
-				c_block,
-				c_owner,
-				c_acl,
-				c_tier,
-				c_cache;		/* InvalidAttrNumber before schema 1.5 */
-	Oid			shards;			/* sequence_shards */
-	Oid			by_generation;	/* its primary key (seq_id, generation, shard) */
-	AttrNumber	s_seq_id,
-				s_generation,
-				s_shard,
-				s_relid;
-} ConfigPlaces;
-
-static ConfigPlaces Places = {PG_UINT64_MAX};
-
-/* A column's number, from the relation's descriptor (no catalog lookup). */
-static AttrNumber
-ColumnOf(Relation rel, const char *column, bool required)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-
-	for (int i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (!att->attisdropped && strcmp(NameStr(att->attname), column) == 0)
-			return att->attnum;
-	}
-	if (required)
-		elog(ERROR, "sharded_seq's table \"%s\" has no column \"%s\"",
-			 RelationGetRelationName(rel), column);
-	return InvalidAttrNumber;
-}
-
-/* The places of the configuration, with both tables open. */
-static ConfigPlaces *
-FindConfigPlaces(Relation config, Relation shards)
-{
-	Oid			namespace = RelationGetNamespace(config);
-
-	if (Places.epoch == ConfigEpoch && Places.config == RelationGetRelid(config))
-		return &Places;
-	Places.config = RelationGetRelid(config);
-	Places.shards = RelationGetRelid(shards);
-	/* the names the base script's constraints gave them (kept by a dump) */
-	Places.by_name = get_relname_relid("sequence_config_name_key", namespace);
-	Places.by_generation = get_relname_relid("sequence_shards_pkey", namespace);
-	Places.c_id = ColumnOf(config, "id", true);
-	Places.c_name = ColumnOf(config, "name", true);
-	Places.c_generation = ColumnOf(config, "generation", true);
-	Places.c_base = ColumnOf(config, "base", true);
-	Places.c_shards = ColumnOf(config, "shards", true);
-	Places.c_block = ColumnOf(config, "block", true);
-	Places.c_owner = ColumnOf(config, "owner", true);
-	Places.c_acl = ColumnOf(config, "acl", true);
-	Places.c_tier = ColumnOf(config, "tier", true);
-	Places.c_cache = ColumnOf(config, "cache", false);
-	Places.s_seq_id = ColumnOf(shards, "seq_id", true);
-	Places.s_generation = ColumnOf(shards, "generation", true);
-	Places.s_shard = ColumnOf(shards, "shard", true);
-	Places.s_relid = ColumnOf(shards, "relid", true);
-	Places.epoch = ConfigEpoch;
-	return &Places;
-}
-
-/* Does a text column of tup hold value? */
-static bool
-TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value)
-{
-	bool		isnull;
-	Datum		d = heap_getattr(tup, attno, desc, &isnull);
-	char	   *str;
-	bool		is;
-
-	if (isnull)
-		return false;
-	str = TextDatumGetCString(d);
-	is = strcmp(str, value) == 0;
-	pfree(str);
-	return is;
-}
-
-/*
  * Load name's configuration with the latest snapshot; false if it is gone.
  * The rows are read straight from the tables through their indexes (no SQL
  * is planned), which keeps a new connection's first call cheap; the
@@ -307,7 +210,7 @@ LoadSequenceConfig(SeqEntry *entry)
 	 */
 	config = table_open(ConfigRelid("sequence_config"), AccessShareLock);
 	shards_rel = table_open(ConfigRelid("sequence_shards"), AccessShareLock);
-	places = FindConfigPlaces(config, shards_rel);
+	places = SequenceConfigPlaces(config, shards_rel);
 	AcceptInvalidationMessages();
 	epoch = ConfigEpoch;
 	snapshot = RegisterSnapshot(GetLatestSnapshot());

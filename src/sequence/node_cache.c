@@ -27,6 +27,11 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
@@ -41,7 +46,9 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 
 #include "sequence/sequence_internal.h"
@@ -85,6 +92,7 @@ typedef struct NodeEntry
 
 	pg_atomic_uint32 reserving;		/* a reservation is in flight; see BeginReserving */
 	pg_atomic_uint32 prefetch_wanted;	/* the worker is asked for the next block */
+	pg_atomic_uint32 eager;		/* draws outran a prefetch: ask at a block's start */
 	/* under NodeShared->lock */
 	NodeKey		key;
 	uint64		swept_state;	/* state at the last sweep: unchanged means idle */
@@ -176,6 +184,7 @@ NodeCacheShmemInit(void)
 			pg_atomic_init_u64(&e->published, 0);
 			pg_atomic_init_u32(&e->reserving, 0);
 			pg_atomic_init_u32(&e->prefetch_wanted, 0);
+			pg_atomic_init_u32(&e->eager, 0);
 			for (int r = 0; r < NODE_RING; r++)
 				pg_atomic_init_u64(&e->ring[r].blockno, 0);
 		}
@@ -330,6 +339,7 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 		e->key = key;
 		e->swept_state = PG_UINT64_MAX;
 		pg_atomic_write_u32(&e->prefetch_wanted, 0);
+		pg_atomic_write_u32(&e->eager, 0);
 		pg_atomic_write_u32(&e->generation, 0);
 		pg_atomic_write_u64(&e->incarnation,
 							pg_atomic_fetch_add_u64(&NodeShared->next_incarnation, 1));
@@ -493,10 +503,6 @@ EndReserving(void)
 static bool
 CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(id)};
-	OwnerContext ctx;
 	bool		ok = false;
 	char		name[NAMEDATALEN] = "";
 	Oid			relid;
@@ -509,6 +515,13 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	int64		last;
 	bool		overflow;
 	XLogRecPtr	lsn;
+	Relation	config;
+	Relation	shards_rel;
+	ConfigPlaces *places;
+	Snapshot	snapshot;
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
 
 	if (conditional)
 	{
@@ -518,36 +531,46 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	else
 		LockDatabaseObject(config_relid, id, 0, ShareLock);
 
-	BeginAsOwner(&ctx);
-	PreparePlan(&plan,
-				"SELECT c.name, c.generation, c.base, c.shards, c.block, s.xmin"
-				"  FROM sharded_seq.sequence_config c"
-				"  JOIN sharded_seq.sequence_shards s"
-				"    ON s.seq_id OPERATOR(pg_catalog.=) c.id"
-				"   AND s.generation OPERATOR(pg_catalog.=) c.generation"
-				"   AND s.shard OPERATOR(pg_catalog.=) 0"
-				" WHERE c.id OPERATOR(pg_catalog.=) $1"
-				"   AND c.tier OPERATOR(pg_catalog.=) 'database'"
-				"   AND c.cache OPERATOR(pg_catalog.=) 'node'",
-				1, argtypes);
-	if (ConfigRelid("sequence_config") == config_relid &&
-		SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
-							 InvalidSnapshot, true, false, 1) == SPI_OK_SELECT &&
-		SPI_processed == 1)
+	/* straight from the tables, as the session's load is (engine.c) */
+	config = table_open(config_relid, AccessShareLock);
+	shards_rel = table_open(ConfigRelid("sequence_shards"), AccessShareLock);
+	places = SequenceConfigPlaces(config, shards_rel);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyInit(&key[0], places->c_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(id));
+	scan = systable_beginscan(config, places->by_id, OidIsValid(places->by_id), snapshot, 1, key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup) && ConfigRelid("sequence_config") == config_relid &&
+		places->c_cache != InvalidAttrNumber &&
+		TextColumnIs(tup, places->c_tier, RelationGetDescr(config), "database") &&
+		TextColumnIs(tup, places->c_cache, RelationGetDescr(config), "node"))
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		TupleDesc	desc = RelationGetDescr(config);
 		bool		isnull;
+		char	   *n = TextDatumGetCString(heap_getattr(tup, places->c_name, desc, &isnull));
+		SysScanDesc shard_scan;
+		HeapTuple	shard_tup;
 
-		strlcpy(name, TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull)), sizeof(name));
-		generation = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		base = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-		shards = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
-		block = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		strlcpy(name, n, sizeof(name));
+		generation = DatumGetInt32(heap_getattr(tup, places->c_generation, desc, &isnull));
+		base = DatumGetInt64(heap_getattr(tup, places->c_base, desc, &isnull));
+		shards = DatumGetInt32(heap_getattr(tup, places->c_shards, desc, &isnull));
+		block = DatumGetInt32(heap_getattr(tup, places->c_block, desc, &isnull));
+
 		/* a generation this transaction made may roll back: never shared */
-		ok = !TransactionIdIsCurrentTransactionId(DatumGetTransactionId(SPI_getbinval(tup, desc, 6, &isnull)));
+		ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(id));
+		ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ,
+					Int32GetDatum(generation));
+		shard_scan = systable_beginscan(shards_rel, places->by_generation,
+										OidIsValid(places->by_generation), snapshot, 2, key);
+		shard_tup = systable_getnext(shard_scan);
+		ok = HeapTupleIsValid(shard_tup) &&
+			!TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetRawXmin(shard_tup->t_data));
+		systable_endscan(shard_scan);
 	}
-	EndAsOwner(&ctx);
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(shards_rel, AccessShareLock);
+	table_close(config, AccessShareLock);
 	if (!ok)
 	{
 		UnlockDatabaseObject(config_relid, id, 0, ShareLock);
@@ -748,6 +771,9 @@ MoveOn(NodeRef *ref, uint64 j, int64 count, bool *waited)
 			}
 			continue;
 		}
+		/* a whole block went before its successor came: ask earlier from now on */
+		if (count > 0 && pg_atomic_read_u32(&e->eager) == 0)
+			pg_atomic_write_u32(&e->eager, 1);
 		return Reserve(ref, RESERVE_REFILL, j, 0, false, waited);
 	}
 }
@@ -756,17 +782,23 @@ MoveOn(NodeRef *ref, uint64 j, int64 count, bool *waited)
  * The drawer that crosses the low-water mark of block j asks for block j+1:
  * from the database's worker if one runs (and no synchronous standby must
  * confirm it: the worker must not wait for one at shutdown), else it
- * reserves it itself, unless a reservation is already in flight.
+ * reserves it itself, unless a reservation is already in flight.  The mark
+ * is half the block, or its start once draws outran a prefetch (eager); an
+ * eager entry whose block is still missing at half the block has the
+ * drawer there reserve it.
  */
 static void
-Prefetch(NodeRef *ref, uint64 j)
+Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 {
 	NodeEntry  *e = ref->entry;
 	bool		waited = false;
+	bool		eager = pg_atomic_read_u32(&e->eager) != 0;
 
+	if (off != (eager ? 0 : count / 2) && !(eager && off == count / 2))
+		return;
 	if (pg_atomic_read_u64(&e->published) > j)
 		return;
-	if (!SyncStandbysActive())
+	if (off == (eager ? 0 : count / 2) && !SyncStandbysActive())
 	{
 		pg_atomic_write_u32(&e->prefetch_wanted, 1);
 		if (RegistryPrefetchNews())
@@ -825,8 +857,8 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 					{
 						*local = blk.first + off;
 						*value_gen = blk.generation;
-						if (off == blk.count / 2)
-							Prefetch(ref, j);
+						if (off == 0 || off == blk.count / 2)
+							Prefetch(ref, j, off, blk.count);
 						result = NODE_GOT;
 						goto done;
 					}

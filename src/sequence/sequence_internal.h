@@ -15,6 +15,37 @@ extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
 extern XLogRecPtr FlushShardReservation(Oid relid);
 extern Oid	LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard);
 
+/*
+ * admin.c: where the configuration lives, for reading it straight from the
+ * tables (engine.c, node_cache.c): no SQL is planned on the draw path.
+ */
+typedef struct ConfigPlaces
+{
+	uint64		epoch;
+	Oid			config;			/* sequence_config */
+	Oid			by_name;		/* its unique index on name, or InvalidOid */
+	Oid			by_id;			/* its primary key (id), or InvalidOid */
+	AttrNumber	c_id,
+				c_name,
+				c_generation,
+				c_base,
+				c_shards,
+				c_block,
+				c_owner,
+				c_acl,
+				c_tier,
+				c_cache;		/* InvalidAttrNumber before schema 1.5 */
+	Oid			shards;			/* sequence_shards */
+	Oid			by_generation;	/* its primary key (seq_id, generation, shard) */
+	AttrNumber	s_seq_id,
+				s_generation,
+				s_shard,
+				s_relid;
+} ConfigPlaces;
+
+extern ConfigPlaces *SequenceConfigPlaces(Relation config, Relation shards);
+extern bool TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value);
+
 /* node_cache.c: the node-wide cache (engine.c draws through it) */
 typedef struct NodeEntry NodeEntry;
 
