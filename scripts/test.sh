@@ -23,13 +23,41 @@ if [ "${1:-}" = --all-versions ]; then
 fi
 PATTERN="${1:-}"
 export PG_MAJOR="${PG_MAJOR:-15}"
+PGBIN="/usr/lib/postgresql/$PG_MAJOR/bin"
+export PATH="$PGBIN:$PATH"
 
-if ! WERROR=1 WAIT_POINTS=1 scripts/setup.sh; then
-    echo "build failed"
-    echo "0 passed, 1 failed"
-    exit 1
+# The runner's own server, for pg_regress, the isolation specs and pgTAP, is
+# a throwaway pg_virtualenv cluster (-t: in a temporary directory, on a free
+# port; it sets PGHOST, PGPORT, PGUSER and PGPASSWORD), in which this script
+# runs itself again.  pg_virtualenv's own messages go to a log, so that the
+# last line is still this script's count: fd 3 carries the runner's output.
+if [ -z "${SSQ_TEST_CLUSTER:-}" ]; then
+    if ! WERROR=1 WAIT_POINTS=1 scripts/setup.sh; then
+        echo "build failed"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    log="$(mktemp /tmp/sharded_seq_virtualenv.XXXXXX)"
+    status=0
+    env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE SSQ_TEST_CLUSTER=1 \
+        pg_virtualenv -t -v "$PG_MAJOR" -c "--locale=C.UTF-8 --encoding=UTF8" \
+        -o max_prepared_transactions=10 bash "$0" "$@" 3>&1 >"$log" 2>&1 || status=$?
+    if [ $status != 0 ] && ! grep -q "^SSQ_TEST_CLUSTER started" "$log"; then
+        echo "could not start PostgreSQL:"; tail -n 20 "$log"; echo "0 passed, 1 failed"
+    fi
+    rm -f "$log"
+    exit $status
 fi
-source scripts/lib.sh
+echo "SSQ_TEST_CLUSTER started"
+exec >&3 2>&3 3>&-
+# what pg_virtualenv sets, which a test with servers of its own must not see
+OWN_CLUSTER=(-u PGHOST -u PGPORT -u PGUSER -u PGDATABASE -u PGPASSWORD -u PGSYSCONFDIR -u PG_CLUSTER_CONF_ROOT)
+
+# Run a command as the user that owns the clusters (from /, which it can
+# enter: root's working directory, such as /root, may be closed to it).
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
+}
 
 passed=0
 failed=0
@@ -49,9 +77,7 @@ wanted() { [ -z "$PATTERN" ] || [[ "$1" == *"$PATTERN"* ]]; }
 
 WORK="$(mktemp -d /tmp/sharded_seq_test.XXXXXX)"
 chmod 755 "$WORK"
-trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
-
-cluster_create "$WORK/pg" && cluster_start || { echo "could not start PostgreSQL"; echo "0 passed, 1 failed"; exit 1; }
+trap 'rm -rf "$WORK"' EXIT
 
 # regress_results GROUP LOG RESULTS NAME...: one result per NAME from the
 # LOG of pg_regress or pg_isolation_regress ("test NAME ... ok" up to 15,
@@ -105,7 +131,8 @@ for f in test/*.sql; do
     t="$(basename "$f" .sql)"
     wanted "pgtap/$t" || continue
     db="tap_$t"
-    db_create "$db" pgtap
+    psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE \"$db\"" >/dev/null
+    psql -qX -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION sharded_seq" -c "CREATE EXTENSION pgtap" >/dev/null
     timeout 300 pg_prove -d "$db" "$f" >"$WORK/tap_$t.log" 2>&1
     record $? "pgtap/$t" "$WORK/tap_$t.log"
 done
@@ -128,7 +155,7 @@ if [ ${#taps[@]} -gt 0 ]; then
         start=$(date +%s)
         mkdir -p "$WORK/tap/$t"
         [ "$(id -u)" = 0 ] && chown postgres: "$WORK/tap/$t"
-        (as_pg timeout 900 env -u PGHOST -u PGPORT -u PGUSER -u PGDATA -u PGDATABASE \
+        (as_pg timeout 900 env "${OWN_CLUSTER[@]}" \
             TESTDIR="$WORK/tap/$t" TESTDATADIR="$WORK/tap/$t/tmp_check" TESTLOGDIR="$WORK/tap/$t/tmp_check/log" PATH="$PGBIN:$PATH" PG_REGRESS="$pgxs/src/test/regress/pg_regress" \
             prove -v -I "$pgxs/src/test/perl" -I "$WORK/t" "$WORK/t/$t.pl") >"$WORK/tap_$t.log" 2>&1
         status=$?
@@ -168,9 +195,8 @@ for group in structure versions; do
         t="$(basename "$f" .sh)"
         wanted "$group/$t" || continue
         start=$(date +%s)
-        # without this runner's cluster: a test's exit trap destroys the
-        # cluster named in PGDATA, which must be its own or none
-        timeout 900 env -u PGHOST -u PGPORT -u PGUSER -u PGDATA -u CLUSTER_DIR \
+        # without this runner's cluster (versions/package starts its own)
+        timeout 900 env "${OWN_CLUSTER[@]}" \
             bash "$f" >"$WORK/${group}_$t.log" 2>&1
         status=$?
         if [ $status = 77 ]; then

@@ -12,6 +12,7 @@ use warnings;
 use Exporter 'import';
 use File::Basename qw(dirname);
 use IPC::Run;
+use ShardedSeq::Versions;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -178,7 +179,7 @@ sub draw_sessions
 }
 
 # check_drawn(NODE, DB): the check of table drawn in t/ShardedSeq/check_drawn.sql
-# (one line per sequence, ending in OK or BAD)
+# (one line: each sequence's figures, then OK or BAD for all of them)
 sub check_drawn
 {
 	my ($node, $db) = @_;
@@ -368,44 +369,13 @@ SELECT c.name, counter_value(c.name), (SELECT coalesce(sum(delta), 0) FROM ledge
 	return $rows;
 }
 
-# install_versions(NODE): what NODE's installed install scripts provide:
-# (default_version of the installed control file, the base version, every
-# version reached, oldest first), the reached ones being the base script's
-# (sharded_seq--X.sql, of which there must be one, as in contrib) and each
-# one its update scripts (sharded_seq--X--Y.sql) reach from it.  Dies
-# without exactly one base script.
+# install_versions(NODE): what NODE's installed install scripts provide
+# (ShardedSeq::Versions).
 sub install_versions
 {
 	my ($node) = @_;
-	my $ext = $node->config_data('--sharedir') . '/extension';
-	my ($default) = slurp_file("$ext/sharded_seq.control")
-	  =~ /^default_version\s*=\s*'([^']+)'/m;
-	my (@bases, @updates);
-	for (glob "$ext/sharded_seq--*.sql")
-	{
-		m{/sharded_seq--([^/]+)\.sql$} or next;
-		my $v = $1;
-		if ($v =~ /^(.+)--(.+)$/) { push @updates, [ $1, $2 ]; }
-		else { push @bases, $v; }
-	}
-	die "want one base script sharded_seq--X.sql in $ext, found: @bases\n"
-	  unless @bases == 1;
-	my %reach = ($bases[0] => 1);
-	for my $grew (1 .. @updates)
-	{
-		$reach{ $_->[1] } = 1 for grep { $reach{ $_->[0] } } @updates;
-	}
-	my $cmp = sub {
-		my @a = split /\./, $_[0];
-		my @b = split /\./, $_[1];
-		while (@a || @b)
-		{
-			my $c = (shift(@a) // -1) <=> (shift(@b) // -1);
-			return $c if $c;
-		}
-		return 0;
-	};
-	return ($default, $bases[0], sort { $cmp->($a, $b) } keys %reach);
+	return ShardedSeq::Versions::install_versions_in(
+		$node->config_data('--sharedir') . '/extension');
 }
 
 # bg_query(SESSION, SQL): run SQL in a BackgroundPsql session; its output,
