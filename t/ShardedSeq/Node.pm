@@ -23,7 +23,7 @@ our @EXPORT = (
 	qw(ssq_node ssq_db install_versions),
 	# wait points, and waiting on other things
 	qw(wait_point_hold wait_point_release wait_point_reached wait_point_sql
-	  worker_settled poll_until),
+	  worker_settled worker_round poll_until),
 	# sessions: at once and waited for (parallel_psql, draw_sessions), one
 	# kept open (bg_query), or a load left running (load_*, stop_point)
 	qw(parallel_psql draw_sessions bg_query
@@ -195,6 +195,23 @@ sub worker_settled
 	$node->poll_query_until($db,
 		"SELECT count(*) = 1 FROM sharded_seq.workers WHERE database = '$db' AND last_flush_at IS NOT NULL"
 	) or die "the background worker did not start in $db";
+	return;
+}
+
+# worker_round(NODE, DB): wait until DB's worker has done a whole round (a
+# flush of every counter, after reading its settings) that began after this
+# call: a round ends after the call, and another one after that.
+sub worker_round
+{
+	my ($node, $db) = @_;
+	for (1 .. 2)
+	{
+		my $last = $node->safe_psql($db,
+			"SELECT coalesce(last_flush_at, '-infinity') FROM sharded_seq.workers WHERE database = '$db'");
+		$node->poll_query_until($db,
+			"SELECT last_flush_at > '$last' FROM sharded_seq.workers WHERE database = '$db'")
+		  or die "the worker of $db did no round";
+	}
 	return;
 }
 
