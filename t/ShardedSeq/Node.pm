@@ -32,6 +32,16 @@ our @EXPORT = (
 	# checks of what was collected
 	qw(values_check check_drawn ledger_check));
 
+# A test stopped by a signal (the runner's timeout, an interrupt) still runs
+# its END blocks, which stop its servers: PostgreSQL 15's framework sets no
+# handler, and the servers, which pg_ctl detaches, would outlive the test.
+# A second signal (timeout passes one on to its whole group) must not end the
+# END blocks in turn.
+$SIG{TERM} = $SIG{INT} = sub {
+	$SIG{TERM} = $SIG{INT} = 'IGNORE';
+	die "stopped by SIG$_[0]\n";
+};
+
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
 use constant WAIT_POINT_CLASS => 1397970768;
