@@ -20,7 +20,9 @@ REGRESS_OPTS = --load-extension=sharded_seq
 # points: they need a test build, and run with it only
 # (make WAIT_POINTS=1 install installcheck; test/README.md).  A normal
 # build's installcheck, such as the Debian package's, runs sql/ alone.
-ifdef WAIT_POINTS
+# WAIT_POINTS empty or 0 is a normal build.
+WAIT_POINTS_BUILD := $(if $(filter-out 0,$(WAIT_POINTS)),on,off)
+ifeq ($(WAIT_POINTS_BUILD),on)
 ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
 ISOLATION_OPTS = --load-extension=sharded_seq
 TAP_TESTS = 1
@@ -31,10 +33,9 @@ SHLIB_LINK = -lmemcached
 # .wait_points records which kind the objects are; it changes, and so every
 # object is rebuilt, when a make asks for the other kind (PGXS would keep
 # objects built with other flags).
-ifdef WAIT_POINTS
+ifeq ($(WAIT_POINTS_BUILD),on)
 PG_CPPFLAGS += -DSHARDED_SEQ_WAIT_POINTS
 endif
-WAIT_POINTS_BUILD := $(if $(WAIT_POINTS),on,off)
 ifneq ($(WAIT_POINTS_BUILD),$(shell cat .wait_points 2>/dev/null))
 $(shell echo $(WAIT_POINTS_BUILD) > .wait_points)
 endif
@@ -52,5 +53,9 @@ include $(PGXS)
 # the tests' own Perl modules (t/ShardedSeq/)
 PG_PROVE_FLAGS += -I $(srcdir)/t
 
-# every object depends on the shared headers (PGXS tracks no header changes)
+# every object, and the bitcode the server inlines from with JIT, depends on
+# the shared headers (PGXS tracks no header changes) and the kind of build
 $(OBJS): $(wildcard src/*/*.h) .wait_points
+ifeq ($(with_llvm), yes)
+$(OBJS:.o=.bc): $(wildcard src/*/*.h) .wait_points
+endif

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T="${1:-5}"
 scripts/setup.sh >/dev/null
-source scripts/lib.sh
+source bench/lib.sh
 bench_cluster "$(mktemp -d /tmp/ss_bench.XXXXXX)"
 echo "SELECT 1;" >"$WORK/select1.sql"
 s1=$(pgbench -n -M prepared -j 2 -c 16 -T "$T" -f "$WORK/select1.sql" bench 2>/dev/null | awk '/^tps = / {printf "%d", $3}')

@@ -18,7 +18,7 @@ T="${1:-5}"
 ROUNDS="${2:-3}"
 N="${3:-20000}"
 [ -n "${SKIP_SETUP:-}" ] || scripts/setup.sh >/dev/null
-source scripts/lib.sh
+source bench/lib.sh
 bench_cluster "$(mktemp -d /tmp/ss_bench.XXXXXX)"
 q() { psql -qXAt -d bench -c "$@"; }
 # preloaded, as a production server runs it: kept totals need shared memory

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-1000000}"
 scripts/setup.sh >/dev/null
-source scripts/lib.sh
+source bench/lib.sh
 bench_cluster "$(mktemp -d /tmp/ss_bench.XXXXXX)"
 psql -qX -d bench -c "SELECT sharded_seq.create_counter('c', shards => 16)" >/dev/null
 echo "SELECT counter_incr('c');" >"$WORK/incr.sql"

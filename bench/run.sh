@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 T="${1:-5}"
 ROUNDS="${2:-3}"
 scripts/setup.sh >/dev/null
-source scripts/lib.sh
+source bench/lib.sh
 MC_PORT="$(free_port)"
 memcached_start "$MC_PORT" >/dev/null
 bench_cluster "$(mktemp -d /tmp/ss_bench.XXXXXX)"

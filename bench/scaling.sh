@@ -52,7 +52,7 @@ if ! command -v gnuplot >/dev/null 2>&1; then
 fi
 
 [ -n "${SKIP_SETUP:-}" ] || scripts/setup.sh >/dev/null
-source scripts/lib.sh
+source bench/lib.sh
 q() { psql -qXAt -v ON_ERROR_STOP=1 -d bench "$@"; }
 
 MC_PORT="$(free_port)"

@@ -13,7 +13,7 @@
 # on one chroot wait for each other.  /proc,
 # /dev and /dev/shm are mounted while COMMAND runs, and unmounted afterwards.
 # In the chroot, PG_MAJOR is set to the suite's PostgreSQL major, which
-# scripts/setup.sh, scripts/lib.sh and scripts/test.sh follow.
+# scripts/setup.sh, scripts/test.sh and bench/lib.sh follow.
 #
 # Needs root.  Examples:
 #   scripts/chroot.sh trixie scripts/test.sh            # the suite on 17

@@ -14,26 +14,108 @@
 # all of them.  Needs root; see scripts/chroot.sh.
 #
 # The last line reads "N passed, N failed"; the exit status is non-zero if
-# anything failed.
+# anything failed.  A PATTERN that matches no test is a failure, unless
+# --may-match-nothing comes first (scripts/all_versions.sh passes it: there,
+# a pattern may name a test of one part only).  An interrupt (INT, TERM)
+# stops the test under way and ends the run with its count.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --all-versions ]; then
     shift
     exec scripts/all_versions.sh "$@"
 fi
+NONE_OK=""
+if [ "${1:-}" = --may-match-nothing ]; then NONE_OK=$1; shift; fi
 PATTERN="${1:-}"
 export PG_MAJOR="${PG_MAJOR:-15}"
+PGBIN="/usr/lib/postgresql/$PG_MAJOR/bin"
+export PATH="$PGBIN:$PATH"
 
-if ! WERROR=1 WAIT_POINTS=1 scripts/setup.sh; then
-    echo "build failed"
-    echo "0 passed, 1 failed"
-    exit 1
+# wait_for PID: wait for a background job, also when a trapped signal
+# interrupts the wait (bash runs a trap only once the foreground command
+# ends, so long commands run in the background); returns the job's status.
+wait_for() {
+    local st=0
+    wait "$1" || st=$?
+    while kill -0 "$1" 2>/dev/null; do st=0; wait "$1" || st=$?; done
+    return $st
+}
+
+# The runner's own server, for pg_regress, the isolation specs and pgTAP, is
+# a throwaway pg_virtualenv cluster (-t: in a temporary directory, on a free
+# port; it sets PGHOST, PGPORT, PGUSER and PGPASSWORD), in which this script
+# runs itself again.  pg_virtualenv's own messages go to a log, so that the
+# last line is still this script's count: fd 3 carries the runner's output.
+# An interrupt (INT, TERM) goes to the runner inside, which stops its test and
+# ends with its count; pg_virtualenv then removes the cluster.
+if [ -z "${SSQ_TEST_CLUSTER:-}" ]; then
+    if ! WERROR=1 WAIT_POINTS=1 scripts/setup.sh; then
+        echo "build failed"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    log="$(mktemp /tmp/sharded_seq_virtualenv.XXXXXX)"
+    interrupted=0
+    # two runs starting at once may pick the same port: then try again
+    for attempt in 1 2 3; do
+        env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE SSQ_TEST_CLUSTER=1 \
+            pg_virtualenv -t -v "$PG_MAJOR" -c "--locale=C.UTF-8 --encoding=UTF8" \
+            -o max_prepared_transactions=10 bash "$0" $NONE_OK "$@" 3>&1 >"$log" 2>&1 &
+        venv=$!
+        trap 'interrupted=1; pkill -TERM -P $venv 2>/dev/null' INT TERM
+        status=0
+        wait_for $venv || status=$?
+        trap - INT TERM
+        if grep -q "^SSQ_TEST_CLUSTER started" "$log"; then break; fi
+        echo "could not start PostgreSQL (attempt $attempt):"; tail -n 20 "$log"
+        if [ $interrupted = 1 ] || [ $attempt = 3 ]; then echo "0 passed, 1 failed"; break; fi
+    done
+    rm -f "$log"
+    exit $status
 fi
-source scripts/lib.sh
+echo "SSQ_TEST_CLUSTER started"
+exec >&3 2>&3 3>&-
+# what pg_virtualenv sets, which a test with servers of its own must not see
+OWN_CLUSTER=(-u PGHOST -u PGPORT -u PGUSER -u PGDATABASE -u PGPASSWORD -u PGSYSCONFDIR -u PG_CLUSTER_CONF_ROOT)
+
+# Run a command as the user that owns the clusters (from /, which it can
+# enter: root's working directory, such as /root, may be closed to it).
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
+}
 
 passed=0
 failed=0
 skipped=0
+
+# An interrupt stops the test under way (its whole process tree: a TAP test's
+# END blocks then stop its servers) and ends the run with its count.
+interrupted=0
+running=""
+kill_tree() {
+    local c
+    for c in $(pgrep -P "$1"); do kill_tree "$c"; done
+    kill -TERM "$1" 2>/dev/null
+}
+trap 'interrupted=1; [ -z "$running" ] || kill_tree "$running"' INT TERM
+# run_test COMMAND...: run it in the background and wait for it (so that an
+# interrupt is handled at once); after an interrupt, end the run (on fd 4,
+# the runner's output: a caller may have sent this call's output to a log).
+exec 4>&1
+run_test() {
+    local st=0
+    "$@" &
+    running=$!
+    wait_for "$running" || st=$?
+    running=""
+    if [ $interrupted = 1 ]; then
+        failed=$((failed + 1))
+        echo "interrupted (logs of this run: $WORK)" >&4
+        echo "$passed passed, $failed failed" >&4
+        exit 130
+    fi
+    return $st
+}
 record() {  # record STATUS NAME [LOG [head]]: the log's last 60 lines, or first 120
     if [ "$1" = 0 ]; then
         passed=$((passed + 1)); echo "ok      $2"
@@ -49,9 +131,8 @@ wanted() { [ -z "$PATTERN" ] || [[ "$1" == *"$PATTERN"* ]]; }
 
 WORK="$(mktemp -d /tmp/sharded_seq_test.XXXXXX)"
 chmod 755 "$WORK"
-trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
-
-cluster_create "$WORK/pg" && cluster_start || { echo "could not start PostgreSQL"; echo "0 passed, 1 failed"; exit 1; }
+# a failed run keeps its logs (and says where, before its count)
+trap '[ "$failed" != 0 ] || rm -rf "$WORK"' EXIT
 
 # regress_results GROUP LOG RESULTS NAME...: one result per NAME from the
 # LOG of pg_regress or pg_isolation_regress ("test NAME ... ok" up to 15,
@@ -66,7 +147,7 @@ regress_results() {
         else
             [ -f "$results/$t.out" ] && diff -u "expected/$t.out" "$results/$t.out" >"$WORK/${group}_$t.diff" 2>&1
             [ -f "$WORK/${group}_$t.diff" ] || cp "$log" "$WORK/${group}_$t.diff"
-            record 1 "$group/$t" "$WORK/${group}_$t.diff"
+            record 1 "$group/$t" "$WORK/${group}_$t.diff" head
         fi
     done
 }
@@ -79,7 +160,7 @@ for f in sql/*.sql; do
 done
 if [ ${#regress[@]} -gt 0 ]; then
     echo "==> pg_regress"
-    make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
+    run_test make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
         WAIT_POINTS=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress.log" 2>&1
     regress_results regress "$WORK/regress.log" results "${regress[@]}"
 fi
@@ -94,7 +175,7 @@ done
 if [ ${#iso[@]} -gt 0 ]; then
     echo "==> isolation"
     rm -rf output_iso
-    make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
+    run_test make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
         WAIT_POINTS=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation.log" 2>&1
     regress_results isolation "$WORK/isolation.log" output_iso/results "${iso[@]}"
 fi
@@ -105,9 +186,11 @@ for f in test/*.sql; do
     t="$(basename "$f" .sql)"
     wanted "pgtap/$t" || continue
     db="tap_$t"
-    db_create "$db" pgtap
-    timeout 300 pg_prove -d "$db" "$f" >"$WORK/tap_$t.log" 2>&1
-    record $? "pgtap/$t" "$WORK/tap_$t.log"
+    psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE \"$db\"" >/dev/null
+    psql -qX -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION sharded_seq" -c "CREATE EXTENSION pgtap" >/dev/null
+    status=0
+    run_test timeout 300 pg_prove -d "$db" "$f" >"$WORK/tap_$t.log" 2>&1 || status=$?
+    record $status "pgtap/$t" "$WORK/tap_$t.log"
 done
 
 # TAP tests: each t/*.pl is one result.  They start their own clusters
@@ -128,10 +211,19 @@ if [ ${#taps[@]} -gt 0 ]; then
         start=$(date +%s)
         mkdir -p "$WORK/tap/$t"
         [ "$(id -u)" = 0 ] && chown postgres: "$WORK/tap/$t"
-        (as_pg timeout 900 env -u PGHOST -u PGPORT -u PGUSER -u PGDATA -u PGDATABASE \
+        status=0
+        run_test as_pg timeout 900 env "${OWN_CLUSTER[@]}" \
             TESTDIR="$WORK/tap/$t" TESTDATADIR="$WORK/tap/$t/tmp_check" TESTLOGDIR="$WORK/tap/$t/tmp_check/log" PATH="$PGBIN:$PATH" PG_REGRESS="$pgxs/src/test/regress/pg_regress" \
-            prove -v -I "$pgxs/src/test/perl" -I "$WORK/t" "$WORK/t/$t.pl") >"$WORK/tap_$t.log" 2>&1
-        status=$?
+            prove -v -I "$pgxs/src/test/perl" -I "$WORK/t" "$WORK/t/$t.pl" >"$WORK/tap_$t.log" 2>&1 || status=$?
+        # a server the test left running (pg_ctl detaches servers, so a test
+        # killed before its END blocks ran leaves them behind): stopped here
+        leftover=""
+        for pidfile in $(find "$WORK/tap/$t" -name postmaster.pid 2>/dev/null); do
+            as_pg "$PGBIN/pg_ctl" -D "$(dirname "$pidfile")" status >/dev/null 2>&1 || continue
+            as_pg "$PGBIN/pg_ctl" -D "$(dirname "$pidfile")" -m immediate -w stop >/dev/null 2>&1
+            leftover+=" $(dirname "$pidfile")"
+        done
+        [ -z "$leftover" ] || [ $status != 0 ] || status=1
         # a TAP test with nothing to check here (plan skip_all) says why
         if [ $status = 0 ] && grep -q "^$WORK/t/$t.pl \.\. skipped: " "$WORK/tap_$t.log"; then
             skipped=$((skipped + 1))
@@ -140,12 +232,19 @@ if [ ${#taps[@]} -gt 0 ]; then
         fi
         if [ $status != 0 ]; then
             # what failed first, then the end of prove's output, then the
-            # end of each server's log (the whole logs stay in $WORK/tap)
+            # end of each server's log (the whole logs stay in $WORK/tap,
+            # which a failed run keeps)
             {
+                [ $status != 124 ] || echo "--- timed out after 900 s"
+                [ -z "$leftover" ] || echo "--- servers it left running, stopped:$leftover"
                 echo "--- failed assertions"
                 grep -E '^not ok|Failed test|^# +got:|^# +expected:|timed out|Bail out|died|No plan' "$WORK/tap_$t.log" | head -n 20
                 echo "--- the end of the test's output"
                 tail -n 25 "$WORK/tap_$t.log"
+                # prove shows nothing of a test it was killed with: its own log
+                if [ "$(wc -l <"$WORK/tap_$t.log")" -lt 3 ]; then
+                    tail -n 25 "$WORK/tap/$t/tmp_check/log/regress_log_$t" 2>/dev/null
+                fi
                 for l in "$WORK/tap/$t"/tmp_check/log/*.log; do
                     [ -f "$l" ] && { echo "--- $l"; tail -n 12 "$l"; }
                 done
@@ -168,11 +267,10 @@ for group in structure versions; do
         t="$(basename "$f" .sh)"
         wanted "$group/$t" || continue
         start=$(date +%s)
-        # without this runner's cluster: a test's exit trap destroys the
-        # cluster named in PGDATA, which must be its own or none
-        timeout 900 env -u PGHOST -u PGPORT -u PGUSER -u PGDATA -u CLUSTER_DIR \
-            bash "$f" >"$WORK/${group}_$t.log" 2>&1
-        status=$?
+        # without this runner's cluster (versions/package starts its own)
+        status=0
+        run_test timeout 900 env "${OWN_CLUSTER[@]}" \
+            bash "$f" >"$WORK/${group}_$t.log" 2>&1 || status=$?
         if [ $status = 77 ]; then
             skipped=$((skipped + 1))
             echo "skipped $group/$t: $(grep '^SKIP' "$WORK/${group}_$t.log" | head -n 1)"
@@ -186,7 +284,8 @@ done
 [ $skipped = 0 ] || echo "($skipped skipped, not counted)"
 if [ $((passed + failed + skipped)) = 0 ]; then
     echo "no test matches '$PATTERN'"
-    failed=1
+    [ -n "$NONE_OK" ] || failed=1
 fi
+[ "$failed" = 0 ] || echo "(logs of this run: $WORK)"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

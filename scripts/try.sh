@@ -6,14 +6,15 @@
 # cluster when you quit.  Without a terminal it exits 0 after the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-source scripts/lib.sh
-WORK="$(mktemp -d /tmp/sharded_seq_try.XXXXXX)"
-chmod 755 "$WORK"
-trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
-echo "==> starting a throwaway PostgreSQL 15 cluster"
-cluster_create "$WORK/pg"
-cluster_start
+# The cluster is pg_virtualenv's (-t: in a temporary directory, on a free
+# port, removed at the end), which sets psql's connection; this script runs
+# itself again inside it.
+if [ -z "${SSQ_TRY_CLUSTER:-}" ]; then
+    scripts/setup.sh
+    echo "==> starting a throwaway PostgreSQL 15 cluster"
+    exec env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE SSQ_TRY_CLUSTER=1 \
+        pg_virtualenv -t -v 15 -c "--locale=C.UTF-8 --encoding=UTF8" bash "$0" "$@"
+fi
 psql -qX -d postgres -c "CREATE DATABASE demo"
 
 run() { echo; echo "demo=# $1"; psql -X -d demo -v ON_ERROR_STOP=1 -c "$1"; }

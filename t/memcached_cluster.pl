@@ -14,10 +14,9 @@ use ShardedSeq::Node;
 use ShardedSeq::Memcached;
 
 # A counter on the killed server may lose what that server held unflushed:
-# with a flush interval of 1 s, what was committed since the flush of the
-# interval before (2 s before the kill, at most), plus increments under way
-# at the kill.
-my ($loss_before, $loss_after) = ('2 s', '0.5 s');
+# at most what was committed after a snapshot of the ledger that precedes a
+# whole worker round (which flushed everything committed before it), the
+# round itself and the kill.
 
 my @mc = map { ShardedSeq::Memcached->new } 0 .. 2;
 my $node = ssq_node(
@@ -175,7 +174,10 @@ my %lost = map { $_ => 1 } on($at, 'counter', $victim);
 note("RESULT victim server $victim, leases in use: " . join(' ', on($at_kill, 'lease', $victim)));
 my $seq_misses = stat_sum('fallbacks + errors', 'sequence');
 my $ctr_misses = stat_sum('fallbacks + errors', 'counter');
-my $t_kill = sql('SELECT clock_timestamp()');
+# what has committed by now, then a whole worker round, then the kill
+my %before = map { split /\|/ } split /\n/,
+  sql('SELECT counter, sum(delta) FROM ledger GROUP BY counter');
+worker_round($node, $db);
 $mc[$victim]->kill('KILL');
 # down until sequences and counters both noticed
 wait_stat('fallbacks + errors', 'sequence', $seq_misses, 'a sequence to notice the kill');
@@ -211,15 +213,13 @@ values_check("ms$_", @{ $lists{"ms$_"} }) for 1 .. $seqs;
 sql('SELECT sharded_seq.flush_counters()');
 my ($n_surv, $n_lost, $surv_sum, $lost_sum, $lost_total) = (0) x 5;
 for my $row (split /\n/, sql(qq{
-SELECT c.name, c.total, coalesce(c.pending::text, 'NULL'), l.sum, l.window_sum
+SELECT c.name, c.total, coalesce(c.pending::text, 'NULL'), l.sum
   FROM sharded_seq.counters c
-  JOIN (SELECT counter, sum(delta) AS sum,
-               coalesce(sum(delta) FILTER (WHERE at >= '$t_kill'::timestamptz - interval '$loss_before'
-                                              AND at <= '$t_kill'::timestamptz + interval '$loss_after'), 0) AS window_sum
-          FROM ledger GROUP BY counter) l ON l.counter = c.name
+  JOIN (SELECT counter, sum(delta) AS sum FROM ledger GROUP BY counter) l ON l.counter = c.name
  ORDER BY c.name}))
 {
-	my ($name, $total, $pending, $sum, $window) = split /\|/, $row;
+	my ($name, $total, $pending, $sum) = split /\|/, $row;
+	my $window = $sum - ($before{$name} // 0);
 	my @fails;
 	push @fails, "total $total exceeds the committed sum $sum" if $total > $sum;
 	push @fails, "pending $pending after flush_counters()" if $pending ne '0';
@@ -228,7 +228,7 @@ SELECT c.name, c.total, coalesce(c.pending::text, 'NULL'), l.sum, l.window_sum
 		$n_lost++;
 		$lost_sum += $sum;
 		$lost_total += $total;
-		push @fails, 'lost ' . ($sum - $total) . ", more than the $window committed around the kill"
+		push @fails, 'lost ' . ($sum - $total) . ", more than the $window committed after the snapshot before the worker's last round and the kill"
 		  if $sum - $total > $window;
 		note("RESULT $name (lost server): total $total, committed $sum, lost "
 			  . ($sum - $total) . " (bound $window)");

@@ -751,8 +751,13 @@ DrawFromMemcached(SeqEntry *entry)
 			int64		hi = Min(end, entry->lease_start + (int64) n - 1);
 
 			first = entry->lease_start + (int64) (n - batch);
+			/*
+			 * Never below what we handed out (S2).  Defence in depth: a
+			 * lease is usable only if it ends above our last value, and a
+			 * counter's batches only increase, so no known path gets here.
+			 */
 			if (entry->last_valid && first <= entry->last)
-				first = entry->last + 1;	/* never below what we handed out */
+				first = entry->last + 1;
 			if (first <= hi)
 			{
 				UseRange(entry, first, hi);

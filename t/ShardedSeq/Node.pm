@@ -12,6 +12,7 @@ use warnings;
 use Exporter 'import';
 use File::Basename qw(dirname);
 use IPC::Run;
+use ShardedSeq::Versions;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -22,7 +23,7 @@ our @EXPORT = (
 	qw(ssq_node ssq_db install_versions),
 	# wait points, and waiting on other things
 	qw(wait_point_hold wait_point_release wait_point_reached wait_point_sql
-	  worker_settled poll_until),
+	  worker_settled worker_round poll_until),
 	# sessions: at once and waited for (parallel_psql, draw_sessions), one
 	# kept open (bg_query), or a load left running (load_*, stop_point)
 	qw(parallel_psql draw_sessions bg_query
@@ -30,6 +31,16 @@ our @EXPORT = (
 	  stop_point stop_load),
 	# checks of what was collected
 	qw(values_check check_drawn ledger_check));
+
+# A test stopped by a signal (the runner's timeout, an interrupt) still runs
+# its END blocks, which stop its servers: PostgreSQL 15's framework sets no
+# handler, and the servers, which pg_ctl detaches, would outlive the test.
+# A second signal (timeout passes one on to its whole group) must not end the
+# END blocks in turn.
+$SIG{TERM} = $SIG{INT} = sub {
+	$SIG{TERM} = $SIG{INT} = 'IGNORE';
+	die "stopped by SIG$_[0]\n";
+};
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
@@ -178,7 +189,7 @@ sub draw_sessions
 }
 
 # check_drawn(NODE, DB): the check of table drawn in t/ShardedSeq/check_drawn.sql
-# (one line per sequence, ending in OK or BAD)
+# (one line: each sequence's figures, then OK or BAD for all of them)
 sub check_drawn
 {
 	my ($node, $db) = @_;
@@ -194,6 +205,23 @@ sub worker_settled
 	$node->poll_query_until($db,
 		"SELECT count(*) = 1 FROM sharded_seq.workers WHERE database = '$db' AND last_flush_at IS NOT NULL"
 	) or die "the background worker did not start in $db";
+	return;
+}
+
+# worker_round(NODE, DB): wait until DB's worker has done a whole round (a
+# flush of every counter, after reading its settings) that began after this
+# call: a round ends after the call, and another one after that.
+sub worker_round
+{
+	my ($node, $db) = @_;
+	for (1 .. 2)
+	{
+		my $last = $node->safe_psql($db,
+			"SELECT coalesce(last_flush_at, '-infinity') FROM sharded_seq.workers WHERE database = '$db'");
+		$node->poll_query_until($db,
+			"SELECT last_flush_at > '$last' FROM sharded_seq.workers WHERE database = '$db'")
+		  or die "the worker of $db did no round";
+	}
 	return;
 }
 
@@ -368,44 +396,13 @@ SELECT c.name, counter_value(c.name), (SELECT coalesce(sum(delta), 0) FROM ledge
 	return $rows;
 }
 
-# install_versions(NODE): what NODE's installed install scripts provide:
-# (default_version of the installed control file, the base version, every
-# version reached, oldest first), the reached ones being the base script's
-# (sharded_seq--X.sql, of which there must be one, as in contrib) and each
-# one its update scripts (sharded_seq--X--Y.sql) reach from it.  Dies
-# without exactly one base script.
+# install_versions(NODE): what NODE's installed install scripts provide
+# (ShardedSeq::Versions).
 sub install_versions
 {
 	my ($node) = @_;
-	my $ext = $node->config_data('--sharedir') . '/extension';
-	my ($default) = slurp_file("$ext/sharded_seq.control")
-	  =~ /^default_version\s*=\s*'([^']+)'/m;
-	my (@bases, @updates);
-	for (glob "$ext/sharded_seq--*.sql")
-	{
-		m{/sharded_seq--([^/]+)\.sql$} or next;
-		my $v = $1;
-		if ($v =~ /^(.+)--(.+)$/) { push @updates, [ $1, $2 ]; }
-		else { push @bases, $v; }
-	}
-	die "want one base script sharded_seq--X.sql in $ext, found: @bases\n"
-	  unless @bases == 1;
-	my %reach = ($bases[0] => 1);
-	for my $grew (1 .. @updates)
-	{
-		$reach{ $_->[1] } = 1 for grep { $reach{ $_->[0] } } @updates;
-	}
-	my $cmp = sub {
-		my @a = split /\./, $_[0];
-		my @b = split /\./, $_[1];
-		while (@a || @b)
-		{
-			my $c = (shift(@a) // -1) <=> (shift(@b) // -1);
-			return $c if $c;
-		}
-		return 0;
-	};
-	return ($default, $bases[0], sort { $cmp->($a, $b) } keys %reach);
+	return ShardedSeq::Versions::install_versions_in(
+		$node->config_data('--sharedir') . '/extension');
 }
 
 # bg_query(SESSION, SQL): run SQL in a BackgroundPsql session; its output,

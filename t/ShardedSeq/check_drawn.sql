@@ -1,13 +1,13 @@
 -- t/ShardedSeq/check_drawn.sql: the check of table drawn (seq text, v bigint,
 -- phase text), the values of sharded sequences handed out 'before' and
--- 'after' some event (an update, a dump and restore).  One line per
--- sequence, ending in OK when no value repeats and every 'after' value is
+-- 'after' some event (an update, a dump and restore).  One line: each
+-- sequence's figures, then OK when, for every sequence, no value repeats and every 'after' value is
 -- above every 'before' value of the same shard (block k of shard i starts at
 -- base + (k * shards + i) * block, so a value's shard is known), hence above
 -- every 'before' value for a one-shard sequence.  Values of different shards
 -- interleave by design.  Every sequence must have values of both phases, and
 -- still be in the generation the values came from.  Read by Node.pm's
--- check_drawn and by scripts/lib.sh's (the tests across majors).
+-- check_drawn and by test/cross_major/draw.sh's.
 WITH d AS (
     SELECT d.seq, d.v, d.phase, ((d.v - s.generation_start) / s.block) % s.shards AS shard
       FROM drawn d JOIN sharded_seq.sequences s ON s.name = d.seq),

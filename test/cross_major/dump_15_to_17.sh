@@ -4,26 +4,31 @@
 # (exact, memcached, negative deltas), used from several sessions, is dumped
 # and restored into PostgreSQL 17 (the trixie chroot): from 17's pg_dump
 # reading the 15 server, and from 15's own pg_dump when 17 can read it (see
-# restore_newer.sh).  Every counter total
-# and every sequence's layout must be kept, and later values must repeat
-# none handed out before the dump (check_drawn: t/ShardedSeq/check_drawn.sql).
-# The 17 side is test/cross_major/restore_newer.sh.  Needs root (chroot).
+# restore_newer.sh, the 17 side).  Every counter total and every sequence's
+# layout must be kept, and later values must repeat none handed out before
+# the dump (check_drawn: t/ShardedSeq/check_drawn.sql).
+#
+# Each side's server is a throwaway pg_virtualenv cluster (-t: in a temporary
+# directory, on a free port), which also sets psql's connection; the script
+# runs itself again inside it.  Needs root (chroot).
 set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-export PG_MAJOR=15
-source "$HERE/../../scripts/lib.sh"
+cd "$(dirname "$0")/../.."
 if [ "$(id -u)" != 0 ]; then
     echo "SKIP the PostgreSQL 17 side runs in a chroot, which needs root"
     exit 77
 fi
+if [ -z "${SSQ_CROSS_MAJOR_SIDE:-}" ]; then
+    exec env -u PGPORT -u PGHOST -u PGUSER -u PGDATABASE SSQ_CROSS_MAJOR_SIDE=15 \
+        pg_virtualenv -t -v 15 bash "$0" "$@"
+fi
+source test/cross_major/draw.sh
 WORK="$(mktemp -d /tmp/ss_xmajor.XXXXXX)"
 chmod 755 "$WORK"
-trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
-cluster_create "$WORK/pg"
-# the 17 side connects over loopback, as postgres, with 17's pg_dump
-cluster_start
-db_create src
+trap 'rm -rf "$WORK"' EXIT
+
+psql -qX -v ON_ERROR_STOP=1 -c "CREATE DATABASE src" >/dev/null
 psql -qX -v ON_ERROR_STOP=1 -d src >/dev/null <<'SQL'
+CREATE EXTENSION sharded_seq;
 SELECT sharded_seq.create_sequence('db_seq', shards => 4, block => 20);
 SELECT sharded_seq.create_sequence('db1_seq', shards => 1, block => 20);
 SELECT sharded_seq.create_sequence('mc_seq', tier => 'memcached', block => 400);
@@ -47,11 +52,12 @@ SQL
 done
 for p in "${pids[@]}"; do wait "$p" || { cat "$WORK"/inc.*.err; exit 1; }; done
 psql -qX -v ON_ERROR_STOP=1 -d src -c "INSERT INTO drawn SELECT 'db_seq', id, 'before' FROM orders" >/dev/null
-totals="$(psql -qXAt -d src -c "SELECT string_agg(name || '=' || counter_value(name), ' ' ORDER BY name) FROM sharded_seq.counters")"
-echo "RESULT on 15: $totals; $(psql -qXAt -d src -c "SELECT count(*) FROM drawn") values drawn"
+echo "RESULT on 15: $(totals src); $(psql -qXAt -d src -c "SELECT count(*) FROM drawn") values drawn"
 # 25 increments of i, 2i and -i from sessions 1..4
-[ "$totals" = "buf_c=500 exact_c=250 neg_c=-250" ] || { echo "totals on 15 are wrong"; exit 1; }
+[ "$(totals src)" = "buf_c=500 exact_c=250 neg_c=-250" ] || { echo "totals on 15 are wrong"; exit 1; }
 
-"$PGBIN/pg_dump" -Fc -d src -f "$WORK/src15.dump"
-echo "RESULT dumped with $("$PGBIN/pg_dump" --version)"
-"$ROOT_DIR/scripts/chroot.sh" trixie bash test/cross_major/restore_newer.sh "$PGPORT" <"$WORK/src15.dump"
+pg_dump -Fc -d src -f "$WORK/src15.dump"
+echo "RESULT dumped with $(pg_dump --version)"
+# the 17 side reads this server over loopback, with its password
+scripts/chroot.sh trixie bash test/cross_major/restore_newer.sh \
+    "host=127.0.0.1 port=$PGPORT user=$PGUSER password=$PGPASSWORD dbname=src" <"$WORK/src15.dump"

@@ -6,14 +6,14 @@
 # default_version, and its versions, like the Debian package's
 # (debian/changelog), are the control file's default_version.
 set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-source "$HERE/../../scripts/lib.sh"
-cd "$ROOT_DIR"
-default="$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" sharded_seq.control)"
-versions="$(install_versions)"
-python3 - "$default" $versions <<'PY'
+cd "$(dirname "$0")/../.."
+# default_version, the base version, and every version the chain reaches
+versions="$(perl -I t -MShardedSeq::Versions \
+    -e 'print join(" ", ShardedSeq::Versions::install_versions_in(".")), "\n"')"
+default="${versions%% *}"
+python3 - $versions <<'PY'
 import json, os, sys
-default, versions = sys.argv[1], sys.argv[2:]
+default, base_version, versions = sys.argv[1], sys.argv[2], sys.argv[3:]
 m = json.load(open("META.json"))
 for key in ("name", "abstract", "version", "maintainer", "license", "provides", "meta-spec"):
     assert key in m, "META.json lacks " + key
@@ -23,7 +23,7 @@ p = m["provides"]["sharded_seq"]
 assert os.path.exists(p["file"]), "META.json names a missing file " + p["file"]
 for v in (m["version"], p["version"]):
     assert v.startswith(default + "."), "META.json version %s is not default_version %s" % (v, default)
-base = "sharded_seq--%s.sql" % versions[0]
+base = "sharded_seq--%s.sql" % base_version
 assert p["file"] == base, "META.json file %s is not the base install script %s" % (p["file"], base)
 assert default in versions, "the update chain from %s does not reach %s: %s" % (base, default, versions)
 guard = '\\echo Use "CREATE EXTENSION sharded_seq" to load this file. \\quit'

@@ -9,9 +9,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 SRC="$(cd "$HERE/../.." && pwd)"
 MAJOR="${PG_MAJOR:-15}"
-# pg_virtualenv (the build's and the autopkgtest's installcheck) would take
-# the port of the cluster scripts/test.sh is running
-unset PGHOST PGPORT PGUSER PGDATA PGDATABASE CLUSTER_DIR
+# pg_virtualenv (the build's and the autopkgtest's installcheck) must not
+# see the one scripts/test.sh runs in
+unset PGHOST PGPORT PGUSER PGDATABASE PGPASSWORD PGSYSCONFDIR PG_CLUSTER_CONF_ROOT
 PKG="postgresql-$MAJOR-sharded-seq"
 if [ "$(id -u)" != 0 ]; then
     echo "SKIP installing a package needs root"

@@ -5,7 +5,7 @@
 # shipped a StatsShmemInit that re-initialised the server's statistics).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-source "$HERE/../../scripts/lib.sh"
+PGBIN="/usr/lib/postgresql/${PG_MAJOR:-15}/bin"
 lib="$("$PGBIN/pg_config" --pkglibdir)/sharded_seq.so"
 [ -f "$lib" ] || { echo "no $lib"; exit 1; }
 server="$(nm -D --defined-only "$PGBIN/postgres" | awk '{print $3}' | sed 's/@.*//' | sort -u)"

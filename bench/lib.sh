@@ -1,11 +1,10 @@
-# scripts/lib.sh: throwaway PostgreSQL clusters and memcached servers on
-# loopback, for the test runner's own cluster (sql/, specs/, pgTAP), the
-# benchmarks, and the tests across majors (test/cross_major/).  Tests of the extension itself start their
-# servers with PostgreSQL::Test::Cluster (t/, test/README.md).  Source it;
-# it works as root (the cluster then runs as the postgres user, because
-# PostgreSQL refuses root) and as a normal user.
+# bench/lib.sh: throwaway PostgreSQL clusters and memcached servers on
+# loopback, set up like a real server, for the benchmarks.  (Tests start
+# their servers with PostgreSQL::Test::Cluster or pg_virtualenv: test/README.md.)
+# Source it; it works as root (the cluster then runs as the postgres user,
+# because PostgreSQL refuses root) and as a normal user.
 
-# PG_MAJOR (set by scripts/chroot.sh, and by scripts/test.sh) picks the
+# PG_MAJOR (set by scripts/chroot.sh) picks the
 # PostgreSQL major; its client programs come first on PATH.  PGBIN, if set,
 # names another installation's bin directory instead.
 if [ -n "${PGBIN:-}" ]; then
@@ -16,7 +15,6 @@ elif [ -n "${PG_MAJOR:-}" ]; then
 else
     PGBIN="$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)"
 fi
-ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Run a command as the user that owns the clusters (from /, which it can
 # enter: root's working directory, such as /root, may be closed to it).
@@ -50,11 +48,7 @@ port = $PGPORT
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$dir'
 max_connections = 100
-max_prepared_transactions = 10
 shared_buffers = 256MB
-# A long WAL writer delay keeps unflushed WAL in memory for longer, so a
-# crash test would catch a reservation handed out before its WAL was flushed.
-wal_writer_delay = 10s
 log_min_messages = warning
 log_line_prefix = '%m [%p] '
 CONF
@@ -96,7 +90,6 @@ bench_cluster() {
     trap 'cluster_destroy >/dev/null 2>&1; rm -rf "$WORK"' EXIT
     chmod 755 "$WORK"
     cluster_create "$WORK/pg"
-    sed -i 's/^wal_writer_delay = 10s/wal_writer_delay = 200ms/' "$PGDATA/postgresql.conf"
     cluster_start
     db_create bench
 }
@@ -130,64 +123,4 @@ s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
 s.sendall(sys.argv[2].encode() + b"\r\n")
 print(s.recv(4096).decode().strip())
 PY
-}
-
-# check_drawn DB: the check of table drawn in DB (t/ShardedSeq/check_drawn.sql,
-# which the TAP tests read too): one line per sequence, ending in OK or BAD.
-check_drawn() {
-    psql -qXAt -v ON_ERROR_STOP=1 -d "$1" -f "$ROOT_DIR/t/ShardedSeq/check_drawn.sql"
-}
-
-# draw_sessions DB PHASE COUNT SEQ...: COUNT sessions at once draw from each
-# sharded sequence SEQ, 300 values in committed statements and 50 in a
-# rolled-back transaction; every value goes into table drawn (seq, v, phase)
-# of DB, with PHASE, for check_drawn.  Needs $WORK.
-draw_sessions() {
-    local db="$1" phase="$2" count="$3" pids=() i seq rc=0
-    shift 3
-    for i in $(seq 1 "$count"); do
-        {
-            for seq in "$@"; do
-                echo "SELECT '$seq', sharded_nextval('$seq') FROM generate_series(1, 300);"
-                echo "BEGIN; SELECT '$seq', sharded_nextval('$seq') FROM generate_series(1, 50); ROLLBACK;"
-            done
-        } | psql -qXAt -F ' ' -v ON_ERROR_STOP=1 -d "$db" \
-            >"$WORK/draw.$db.$phase.$i.out" 2>"$WORK/draw.$db.$phase.$i.err" &
-        pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    if [ $rc != 0 ]; then cat "$WORK/draw.$db.$phase".*.err; return 1; fi
-    cat "$WORK/draw.$db.$phase".*.out | sed "s/\$/ $phase/" >"$WORK/draw.$db.$phase.all"
-    psql -qX -v ON_ERROR_STOP=1 -d "$db" \
-        -c "\\copy drawn FROM '$WORK/draw.$db.$phase.all' WITH (DELIMITER ' ')" >/dev/null
-}
-
-# install_versions: every version the install scripts provide, oldest first,
-# one a line: the base script's (sharded_seq--X.sql, of which there is one,
-# as in contrib) and each one its update scripts (sharded_seq--X--Y.sql)
-# reach from it.  Fails with a message without exactly one base script.
-install_versions() {
-    local f v bases=() updates=() reach grew u
-    for f in "$ROOT_DIR"/sharded_seq--*.sql; do
-        [ -e "$f" ] || continue
-        v="${f##*/sharded_seq--}"
-        v="${v%.sql}"
-        if [[ "$v" == *--* ]]; then updates+=("$v"); else bases+=("$v"); fi
-    done
-    if [ ${#bases[@]} != 1 ]; then
-        echo "want one base script sharded_seq--X.sql, found: ${bases[*]:-none}" >&2
-        return 1
-    fi
-    reach=" ${bases[0]} "
-    grew=1
-    while [ $grew = 1 ]; do
-        grew=0
-        for u in "${updates[@]}"; do
-            if [[ "$reach" == *" ${u%%--*} "* && "$reach" != *" ${u##*--} "* ]]; then
-                reach+="${u##*--} "
-                grew=1
-            fi
-        done
-    done
-    printf '%s\n' $reach | sort -V
 }
