@@ -22,7 +22,7 @@ T="${1:-5}"
 ROUNDS="${2:-3}"
 N="${3:-10000}"
 [ -n "${SKIP_SETUP:-}" ] || scripts/setup.sh >/dev/null
-source scripts/lib.sh
+source bench/lib.sh
 bench_cluster "$(mktemp -d /tmp/ss_bench.XXXXXX)"
 q() { psql -qXAt -d bench -c "$@"; }
 q "ALTER SYSTEM SET shared_preload_libraries = 'sharded_seq'" >/dev/null
