@@ -25,6 +25,11 @@
 #      the next sequence that needs one, and sessions whose entry went to
 #      another sequence attach again; no value twice, each session's
 #      increasing.
+#   6. Synchronous standbys come into force after the node reserved a block:
+#      the block was confirmed by no standby, so a new connection must not
+#      take a value from it (it waits for the standby, which is down, and
+#      times out) instead of handing out a value a promoted standby would
+#      hand out again.
 use strict;
 use warnings;
 use IPC::Run;
@@ -313,5 +318,35 @@ for my $i (0 .. $#orders)
 	}
 }
 values_check("sequence $_ drawn through a full node cache", @{ $per{$_} }) for qw(a b c);
+
+# ---- 6. synchronous standbys come into force after a block was reserved ----
+my $syncn = ssq_node('syncn', preload => 1, allows_streaming => 1);
+$syncn->safe_psql('stress', "SELECT sharded_seq.create_sequence('y', block => 1000)");
+is($syncn->safe_psql('stress', "SELECT sharded_nextval('y')"), '1',
+	'the node reserved a block with no synchronous standby named');
+$syncn->safe_psql('postgres',
+	"ALTER SYSTEM SET synchronous_standby_names = 's1'; SELECT pg_reload_conf()");
+# in force once a commit waits for the standby (s1 never connects); the
+# waiting backend is let go afterwards
+my $in_force = 0;
+for my $i (1 .. 60)
+{
+	$syncn->psql('postgres', "CREATE TABLE in_force_$i ()", timeout => 1, timed_out => \my $timed_out);
+	$in_force = $syncn->safe_psql('postgres',
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'") eq 't';
+	last if $in_force;
+}
+$syncn->safe_psql('postgres',
+	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'");
+ok($in_force, 'synchronous standbys are in force');
+my @handed;
+for (1 .. 3)
+{
+	my ($rc, $out, $err) = $syncn->psql('stress',
+		"SET statement_timeout = '2s'; SELECT sharded_nextval('y')");
+	push @handed, $out if $out =~ /^\d+$/;
+}
+is("@handed", '', 'new connections take no value from the block the standby never confirmed');
+$syncn->stop('immediate');
 
 done_testing();

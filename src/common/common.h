@@ -290,5 +290,6 @@ extern int64 SequenceNodeLocal(int64 value, bool above, const char *seqname,
 extern void WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname);
 extern bool SyncStandbysActive(void);
 extern bool ReservationConfirmedHere(void);
+extern uint32 SyncStamp(void);
 
 #endif							/* SHARDED_SEQ_COMMON_H */

@@ -19,6 +19,7 @@
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
 #include "storage/lwlock.h"
+#include "common/hashfn.h"
 #include "utils/guc.h"
 
 #include "common/common.h"
@@ -162,4 +163,34 @@ ReservationConfirmedHere(void)
 {
 	return !SyncStandbysActive() ||
 		(SyncRepRequested() && SyncWaitMode() == SYNC_REP_WAIT_FLUSH);
+}
+
+/*
+ * The synchronous replication state a node cache block is confirmed under:
+ * 0 when no synchronous standby is in force, else a hash of
+ * synchronous_standby_names as this backend sees it (never 0).  A block is
+ * handed out only under the state it was confirmed under: one confirmed
+ * before the standbys came into force, or by another standby set, would be
+ * missing on a standby promoted later.
+ */
+uint32
+SyncStamp(void)
+{
+	static char *names = NULL;
+	static uint32 hash = 0;
+
+	if (!SyncStandbysActive())
+		return 0;
+	if (SyncRepStandbyNames == NULL)
+		return 1;
+	if (names == NULL || strcmp(names, SyncRepStandbyNames) != 0)
+	{
+		if (names)
+			free(names);
+		names = strdup(SyncRepStandbyNames);
+		if (names == NULL)
+			return 1;
+		hash = hash_bytes((const unsigned char *) names, (int) strlen(names)) | 1;
+	}
+	return hash;
 }

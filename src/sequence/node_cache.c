@@ -61,6 +61,8 @@ int			NodeCacheSequences = 1024;
 #define SLOT_WRITING	PG_UINT64_MAX
 #define MAX_ATTEMPTS	100000	/* a bound against livelock only: each try is progress */
 #define RESERVE_SUBID	3		/* advisory (LOCK_CLASS, id, 3): one reservation at a time */
+#define SYNC_UNSURE		2		/* the standby state moved during the wait: no SyncStamp() */
+#define MAX_RESYNCS		3		/* then draw per session: sessions disagree on the state */
 
 typedef struct NodeKey
 {
@@ -76,6 +78,7 @@ typedef struct NodeBlock
 	int64		first;
 	int64		count;
 	int32		generation;
+	uint32		sync;			/* SyncStamp() it was confirmed under */
 } NodeBlock;
 
 typedef struct NodeEntry
@@ -357,6 +360,7 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 		slot->first = 0;
 		slot->count = 0;
 		slot->generation = 0;
+		slot->sync = 0;
 		pg_write_barrier();
 		pg_atomic_write_u64(&slot->blockno, blockno);
 		pg_atomic_write_u64(&e->published, blockno);
@@ -411,6 +415,7 @@ ReadSlot(NodeEntry *e, uint64 j, uint64 incarnation, NodeBlock *out)
 	out->first = slot->first;
 	out->count = slot->count;
 	out->generation = slot->generation;
+	out->sync = slot->sync;
 	pg_read_barrier();
 	after = pg_atomic_read_u64(&slot->blockno);
 	if (before != j || after != j)
@@ -522,6 +527,7 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	ScanKeyData key[2];
 	SysScanDesc scan;
 	HeapTuple	tup;
+	uint32		stamp = SyncStamp();
 
 	if (conditional)
 	{
@@ -595,6 +601,8 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	lsn = FlushShardReservation(relid);
 	/* an error leaves the block unpublished: nobody uses it */
 	WaitForSyncStandbys(lsn, name);
+	/* stamped with the state it was waited for under, if that held still */
+	out->sync = SyncStamp() == stamp ? stamp : SYNC_UNSURE;
 	return true;
 }
 
@@ -602,7 +610,8 @@ typedef enum ReserveMode
 {
 	RESERVE_REFILL,				/* block j is used up: publish the next one and move on to it */
 	RESERVE_PREFETCH,			/* block j is in use: publish the next one only */
-	RESERVE_RESET				/* a newer generation is in force: move on to it at once */
+	RESERVE_RESET,				/* a newer generation is in force: move on to it at once */
+	RESERVE_RESYNC				/* block j was confirmed under another standby state: leave it */
 } ReserveMode;
 
 /*
@@ -629,13 +638,14 @@ Publish(NodeEntry *e, uint64 incarnation, NodeBlock *carved, ReserveMode mode, u
 	pg_atomic_write_u64(&slot->blockno, blockno);
 	pg_atomic_write_u64(&e->published, blockno);
 
-	if (carved->generation > in_force)
+	if (carved->generation > in_force || mode == RESERVE_RESYNC)
 	{
 		uint64		old;
 		NodeBlock	prev;
 
-		/* the older generation's values left are gaps from now on */
-		pg_atomic_write_u32(&e->generation, (uint32) carved->generation);
+		/* the older block's values left are gaps from now on */
+		if (carved->generation > in_force)
+			pg_atomic_write_u32(&e->generation, (uint32) carved->generation);
 		old = pg_atomic_exchange_u64(&e->state, blockno << OFF_BITS);
 		if (ReadSlot(e, old >> OFF_BITS, incarnation, &prev) == SLOT_OK)
 			StatsCount(KIND_SEQUENCE, e->key.id, STAT_NODE_HITS, UsedOf(old, prev.count));
@@ -668,10 +678,11 @@ typedef enum ReserveResult
  * One reservation at a time per sequence: the caller that gets the lock
  * reserves; the others wait for it to end and then look again (with
  * *waited set), unless wait_for_it is false (a prefetch, the worker).
- * For RESERVE_RESET, generation is the one the caller must see in force.
+ * For RESERVE_RESET, generation is the one the caller must see in force;
+ * for RESERVE_RESYNC, stamp is the caller's SyncStamp().
  */
 static ReserveResult
-Reserve(NodeRef *ref, ReserveMode mode, uint64 j, int32 generation,
+Reserve(NodeRef *ref, ReserveMode mode, uint64 j, int32 generation, uint32 stamp,
 		bool conditional, bool *waited)
 {
 	NodeEntry  *e = ref->entry;
@@ -715,6 +726,15 @@ Reserve(NodeRef *ref, ReserveMode mode, uint64 j, int32 generation,
 				case RESERVE_PREFETCH:
 					needed = (state >> OFF_BITS) == j && published == j;
 					break;
+				case RESERVE_RESYNC:
+					{
+						NodeBlock	cur;
+
+						needed = (state >> OFF_BITS) == j &&
+							ReadSlot(e, j, ref->incarnation, &cur) == SLOT_OK &&
+							cur.sync != stamp;
+						break;
+					}
 				default:
 					needed = (int32) pg_atomic_read_u32(&e->generation) < generation;
 					break;
@@ -774,7 +794,7 @@ MoveOn(NodeRef *ref, uint64 j, int64 count, bool *waited)
 		/* a whole block went before its successor came: ask earlier from now on */
 		if (count > 0 && pg_atomic_read_u32(&e->eager) == 0)
 			pg_atomic_write_u32(&e->eager, 1);
-		return Reserve(ref, RESERVE_REFILL, j, 0, false, waited);
+		return Reserve(ref, RESERVE_REFILL, j, 0, 0, false, waited);
 	}
 }
 
@@ -805,7 +825,7 @@ Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 			return;
 		pg_atomic_write_u32(&e->prefetch_wanted, 0);
 	}
-	(void) Reserve(ref, RESERVE_PREFETCH, j, 0, true, &waited);
+	(void) Reserve(ref, RESERVE_PREFETCH, j, 0, 0, true, &waited);
 }
 
 /*
@@ -821,6 +841,8 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 	NodeEntry  *e = ref->entry;
 	bool		waited = false;
 	NodeDrawResult result = NODE_FALLBACK;
+	uint32		stamp = SyncStamp();
+	int			resyncs = 0;
 
 	for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++)
 	{
@@ -838,7 +860,7 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 		if ((int32) pg_atomic_read_u32(&e->generation) < generation)
 		{
 			old = pg_atomic_read_u64(&e->state);
-			r = Reserve(ref, RESERVE_RESET, old >> OFF_BITS, generation, false, &waited);
+			r = Reserve(ref, RESERVE_RESET, old >> OFF_BITS, generation, 0, false, &waited);
 		}
 		else
 		{
@@ -853,7 +875,14 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 					r = RESERVED_STALE;
 					break;
 				case SLOT_OK:
-					if (off < blk.count)
+					if (off < blk.count && stamp != 0 && blk.sync != stamp)
+					{
+						/* S1 across a failover: only a block the standbys in force confirmed */
+						if (++resyncs > MAX_RESYNCS)
+							goto done;
+						r = Reserve(ref, RESERVE_RESYNC, j, 0, stamp, false, &waited);
+					}
+					else if (off < blk.count)
 					{
 						*local = blk.first + off;
 						*value_gen = blk.generation;
@@ -920,7 +949,7 @@ NodeCachePrefetch(void)
 		bool		waited = false;
 		uint64		state = pg_atomic_read_u64(&wanted[i].entry->state);
 
-		(void) Reserve(&wanted[i], RESERVE_PREFETCH, state >> OFF_BITS, 0, true, &waited);
+		(void) Reserve(&wanted[i], RESERVE_PREFETCH, state >> OFF_BITS, 0, 0, true, &waited);
 	}
 	pfree(wanted);
 }
