@@ -30,6 +30,9 @@
 #      take a value from it (it waits for the standby, which is down, and
 #      times out) instead of handing out a value a promoted standby would
 #      hand out again.
+#   7. A configuration whose generation went back by hand: a block of the
+#      older generation is not published; the session draws per session
+#      rather than reserving block after block.
 use strict;
 use warnings;
 use IPC::Run;
@@ -348,5 +351,22 @@ for (1 .. 3)
 }
 is("@handed", '', 'new connections take no value from the block the standby never confirmed');
 $syncn->stop('immediate');
+
+# ---- 7. a hand-edited configuration with an older generation ----
+my $gen = ssq_node('gen', preload => 1);
+$gen->safe_psql('stress', q{
+SELECT sharded_seq.create_sequence('g', shards => 1, block => 10);
+SELECT sharded_nextval('g');
+SELECT sharded_seq.alter_sequence('g', block => 11);
+SELECT sharded_nextval('g');
+});
+# the generation goes back by hand: the node's entry is of a newer one
+$gen->safe_psql('stress', q{
+UPDATE sharded_seq.sequence_config SET generation = generation - 1, block = 10 WHERE name = 'g'});
+my @g = split /\n/, $gen->safe_psql('stress', "SELECT sharded_nextval('g') FROM generate_series(1, 30)");
+is(scalar(@g), 30, 'a session drew 30 values under the hand-edited generation');
+cmp_ok($gen->safe_psql('stress', "SELECT node_cache_reservations FROM sharded_seq.sequences WHERE name = 'g'"),
+	'<', 10, 'a block of the older generation is not reserved again and again');
+$gen->stop;
 
 done_testing();

@@ -617,9 +617,11 @@ typedef enum ReserveMode
 /*
  * Publish a carved block as the entry's next, and move the state on to it
  * unless it is a prefetch (a newer generation is moved on to at once).  The
- * reservation lock and the reserving mark are held.
+ * reservation lock and the reserving mark are held.  False, publishing
+ * nothing, for a block of a generation older than the entry's (a hand-edited
+ * configuration): reserving again would only carve the same generation.
  */
-static void
+static bool
 Publish(NodeEntry *e, uint64 incarnation, NodeBlock *carved, ReserveMode mode, uint64 j)
 {
 	uint64		blockno = pg_atomic_read_u64(&e->published) + 1;
@@ -627,7 +629,7 @@ Publish(NodeEntry *e, uint64 incarnation, NodeBlock *carved, ReserveMode mode, u
 	int32		in_force = (int32) pg_atomic_read_u32(&e->generation);
 
 	if (carved->generation < in_force)
-		return;					/* generations only move forward: a gap */
+		return false;			/* generations only move forward: a gap */
 	pg_atomic_write_u64(&slot->blockno, SLOT_WRITING);
 	pg_write_barrier();
 	slot->incarnation = incarnation;
@@ -665,6 +667,7 @@ Publish(NodeEntry *e, uint64 incarnation, NodeBlock *carved, ReserveMode mode, u
 			}
 		}
 	}
+	return true;
 }
 
 typedef enum ReserveResult
@@ -748,7 +751,8 @@ Reserve(NodeRef *ref, ReserveMode mode, uint64 j, int32 generation, uint32 stamp
 					result = conditional ? RESERVED_RETRY : RESERVED_FALLBACK;
 				else
 				{
-					Publish(e, ref->incarnation, &carved, mode, j);
+					if (!Publish(e, ref->incarnation, &carved, mode, j))
+						result = RESERVED_FALLBACK;
 					StatsCount(KIND_SEQUENCE, e->key.id, STAT_NODE_RESERVATIONS, 1);
 				}
 			}
