@@ -224,6 +224,15 @@ _PG_init(void)
 							&NodeCacheSequences, 1024, 0, 1048576,
 							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
 							0, NULL, NULL, NULL);
+#ifdef SHARDED_SEQ_WAIT_POINTS
+	/* test builds only: t/node_cache.pl starts entries near the wrap of block numbers */
+	DefineCustomIntVariable("sharded_seq.test_node_first_block",
+							"Test builds: the block number every node cache entry starts at.",
+							NULL,
+							&NodeCacheFirstBlock, 0, 0, 16777215,
+							PGC_POSTMASTER, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							NULL, NULL, NULL);
+#endif
 	MarkGUCPrefixReserved("sharded_seq");
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = AddRangeHint;

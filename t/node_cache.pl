@@ -369,4 +369,21 @@ cmp_ok($gen->safe_psql('stress', "SELECT node_cache_reservations FROM sharded_se
 	'<', 10, 'a block of the older generation is not reserved again and again');
 $gen->stop;
 
+# ---- 8. block numbers wrap (the state keeps 24 bits of them) ----
+# A test-build setting starts every entry 6 blocks before the wrap.
+my $wrap = ssq_node('wrap', preload => 1,
+	conf => "sharded_seq.test_node_first_block = " . ((1 << 24) - 6) . "\n");
+sub wsql { return $wrap->safe_psql('stress', $_[0]); }
+wsql("SELECT sharded_seq.create_sequence('wr', shards => 1, block => 10)");
+my @w = split /\n/, wsql("SELECT sharded_nextval('wr') FROM generate_series(1, 200)");
+is(increasing(@w), '', 'one session drew 200 values across the wrap of block numbers, increasing');
+is($w[-1] - $w[0] + 1, 200, '... with no gap: every block after the wrap was served');
+my @wc = map { wsql("SELECT sharded_nextval('wr')") } 1 .. 30;
+is(increasing(@w, @wc), '', '30 connections after the wrap: each value above the one before');
+cmp_ok($wc[-1] - $w[0] + 1, '<=', 230 + 2 * 10, '... and they burn no block each');
+my $whits = wsql("SELECT node_cache_hits FROM sharded_seq.sequences WHERE name = 'wr'");
+note("RESULT across the wrap of block numbers: values $w[0]..$wc[-1], node cache hits $whits");
+cmp_ok($whits, '>=', 200, 'the node cache kept serving after the wrap');
+$wrap->stop;
+
 done_testing();

@@ -58,6 +58,25 @@ int			NodeCacheSequences = 1024;
 #define NODE_RING		8		/* published blocks kept per entry */
 #define OFF_BITS		40
 #define OFF_MASK		((UINT64CONST(1) << OFF_BITS) - 1)
+#define BLOCK_MASK		((UINT64CONST(1) << (64 - OFF_BITS)) - 1)
+
+/*
+ * Block numbers count modulo 2^24, the bits of them state keeps: every block
+ * number stored (state, slots, published) is reduced.  A slot is still known
+ * by its number, as 2^24 is a multiple of NODE_RING, and published is always
+ * the state's block or the next one, so "is the next one published" is a
+ * test of inequality.
+ */
+static inline uint64
+NextBlock(uint64 blockno)
+{
+	return (blockno + 1) & BLOCK_MASK;
+}
+
+#ifdef SHARDED_SEQ_WAIT_POINTS
+/* test builds: the block number every entry starts at, to test the wrap */
+int			NodeCacheFirstBlock = 0;
+#endif
 #define SLOT_WRITING	PG_UINT64_MAX
 #define MAX_ATTEMPTS	100000	/* a bound against livelock only: each try is progress */
 #define RESERVE_SUBID	3		/* advisory (LOCK_CLASS, id, 3): one reservation at a time */
@@ -184,7 +203,11 @@ NodeCacheShmemInit(void)
 			pg_atomic_init_u64(&e->state, 0);
 			pg_atomic_init_u64(&e->incarnation, 0);
 			pg_atomic_init_u32(&e->generation, 0);
+#ifdef SHARDED_SEQ_WAIT_POINTS
+			pg_atomic_init_u64(&e->published, (uint64) NodeCacheFirstBlock & BLOCK_MASK);
+#else
 			pg_atomic_init_u64(&e->published, 0);
+#endif
 			pg_atomic_init_u32(&e->reserving, 0);
 			pg_atomic_init_u32(&e->prefetch_wanted, 0);
 			pg_atomic_init_u32(&e->eager, 0);
@@ -348,11 +371,11 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 							pg_atomic_fetch_add_u64(&NodeShared->next_incarnation, 1));
 
 		/*
-		 * Block numbers only grow, across sequences too, so a slot never holds
-		 * the same number twice.  An empty block starts it: the first draw
+		 * Block numbers go on across sequences (the incarnation tells a
+		 * slot of another sequence apart too).  An empty block starts it: the first draw
 		 * finds it used up and reserves.
 		 */
-		blockno = pg_atomic_read_u64(&e->published) + 1;
+		blockno = NextBlock(pg_atomic_read_u64(&e->published));
 		slot = &e->ring[blockno % NODE_RING];
 		pg_atomic_write_u64(&slot->blockno, SLOT_WRITING);
 		pg_write_barrier();
@@ -624,7 +647,7 @@ typedef enum ReserveMode
 static bool
 Publish(NodeEntry *e, uint64 incarnation, NodeBlock *carved, ReserveMode mode, uint64 j)
 {
-	uint64		blockno = pg_atomic_read_u64(&e->published) + 1;
+	uint64		blockno = NextBlock(pg_atomic_read_u64(&e->published));
 	NodeBlock  *slot = &e->ring[blockno % NODE_RING];
 	int32		in_force = (int32) pg_atomic_read_u32(&e->generation);
 
@@ -786,9 +809,9 @@ MoveOn(NodeRef *ref, uint64 j, int64 count, bool *waited)
 
 		if ((cur >> OFF_BITS) != j)
 			return RESERVED_RETRY;
-		if (pg_atomic_read_u64(&e->published) > j)
+		if (pg_atomic_read_u64(&e->published) != j)
 		{
-			if (pg_atomic_compare_exchange_u64(&e->state, &cur, (j + 1) << OFF_BITS))
+			if (pg_atomic_compare_exchange_u64(&e->state, &cur, NextBlock(j) << OFF_BITS))
 			{
 				StatsCount(KIND_SEQUENCE, e->key.id, STAT_NODE_HITS, count);
 				return RESERVED_RETRY;
@@ -820,7 +843,7 @@ Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 
 	if (off != (eager ? 0 : count / 2) && !(eager && off == count / 2))
 		return;
-	if (pg_atomic_read_u64(&e->published) > j)
+	if (pg_atomic_read_u64(&e->published) != j)
 		return;
 	if (off == (eager ? 0 : count / 2) && !SyncStandbysActive())
 	{

@@ -14,6 +14,9 @@ extern int	DefaultSequenceShards;
 extern int	DefaultBlock;
 extern int	DefaultLeaseSize;
 extern int	NodeCacheSequences;
+#ifdef SHARDED_SEQ_WAIT_POINTS
+extern int	NodeCacheFirstBlock;
+#endif
 
 /* admin.c: drop the native sequences of retired generations (maintain()) */
 extern int	ReapShards(void);
