@@ -230,7 +230,8 @@ _PG_init(void)
 							"Test builds: the block number every node cache entry starts at.",
 							NULL,
 							&NodeCacheFirstBlock, 0, 0, 16777215,
-							PGC_POSTMASTER, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
+							GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
 							NULL, NULL, NULL);
 #endif
 	MarkGUCPrefixReserved("sharded_seq");
