@@ -4,7 +4,6 @@
 # meant for the extension's own code runs PostgreSQL's instead (1.3 nearly
 # shipped a StatsShmemInit that re-initialised the server's statistics).
 set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
 PGBIN="/usr/lib/postgresql/${PG_MAJOR:-15}/bin"
 lib="$("$PGBIN/pg_config" --pkglibdir)/sharded_seq.so"
 [ -f "$lib" ] || { echo "no $lib"; exit 1; }
