@@ -3,6 +3,7 @@
 #   1. Short connections one after the other: their values strictly
 #      increase and follow each other, so N connections of one value each
 #      spread over less than 2 blocks + N; none waits for a reservation.
+#      The node cache counts are shown only to who may use the sequence.
 #   2. One reservation shared by every waiter: a reservation held at wait
 #      point node-cache-reserve while 6 sessions ask for their first value;
 #      the 5 others wait for it on its lock (pg_locks) and then take the
@@ -88,6 +89,18 @@ note("RESULT 250 one-value connections spread over $spread values (block 100); "
 cmp_ok($spread, '<=', 2 * 100 + 250, 'their values spread over at most 2 blocks + 250');
 is(sql("SELECT cache_in_force FROM sharded_seq.sequences WHERE name = 's'"), 'node',
 	'the sequence is drawn through the node cache');
+# like the positions: how fast others draw is shown only to who may use it
+sql("CREATE ROLE nc_stranger; CREATE ROLE nc_app");
+sql("SELECT sharded_seq.grant_sequence('s', 'nc_app')");
+my $counts = "SELECT coalesce(node_cache_hits::text, 'null') || ' ' || coalesce(node_cache_reservations::text, 'null')
+	|| ' ' || coalesce(node_cache_waits::text, 'null') || ' ' || coalesce(node_cache_full::text, 'null')";
+is(sql("SET ROLE nc_stranger; $counts FROM sharded_seq.sequences WHERE name = 's'"), 'null null null null',
+	'the view shows no node cache counts to a role without usage');
+my $s_id = sql("SELECT id FROM sharded_seq.sequence_config WHERE name = 's'");
+is(sql("SET ROLE nc_stranger; $counts FROM sharded_seq.sequence_cache($s_id, 'database', 'node')"),
+	'null null null null', '... nor does the function behind it');
+like(sql("SET ROLE nc_app; $counts FROM sharded_seq.sequences WHERE name = 's'"), qr/^[1-9]\d* [1-9]\d* \d+ \d+$/,
+	'usage shows them');
 
 # the node's block is left at once for a newer generation: a connection that
 # begins after advance_sequence or alter_sequence draws above what they start at

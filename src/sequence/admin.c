@@ -813,17 +813,16 @@ revoke_sequence(PG_FUNCTION_ARGS)
 }
 
 /*
- * May the caller see this sequence's positions?  The sequences view lists
- * every sequence, but its generation_start only to them (false for an
- * unknown id).
+ * May the caller see this sequence's positions (false for an unknown id)?
+ * The sequences view lists every sequence, but its generation_start and its
+ * node cache counts only to them.
  */
-PG_FUNCTION_INFO_V1(sequence_readable);
-Datum
-sequence_readable(PG_FUNCTION_ARGS)
+bool
+SequenceIdReadable(int32 id)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(PG_GETARG_INT32(0))};
+	Datum		args[1] = {Int32GetDatum(id)};
 	OwnerContext ctx;
 	bool		readable = false;
 
@@ -842,7 +841,14 @@ sequence_readable(PG_FUNCTION_ARGS)
 		readable = SequenceReadable(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller);
 	}
 	EndAsOwner(&ctx);
-	PG_RETURN_BOOL(readable);
+	return readable;
+}
+
+PG_FUNCTION_INFO_V1(sequence_readable);
+Datum
+sequence_readable(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(SequenceIdReadable(PG_GETARG_INT32(0)));
 }
 
 /*

@@ -987,7 +987,9 @@ NodeCachePrefetch(void)
  * sequence_cache(seq_id, tier, cache): the cache in force for a sequence of
  * this database ('node' when the node cache is there, the sequence is of
  * the database tier with cache 'node', and it holds an entry or one is
- * free), and its node cache counts (NULL without the node cache).
+ * free), and its node cache counts (NULL without the node cache, and to a
+ * role that may not see the sequence's positions: they tell how fast others
+ * draw).
  */
 PG_FUNCTION_INFO_V1(sequence_cache);
 Datum
@@ -1006,6 +1008,7 @@ sequence_cache(PG_FUNCTION_ARGS)
 	if (NodeShared != NULL)
 	{
 		NodeKey		key = MakeKey(MyDatabaseId, ConfigRelid("sequence_config"), id);
+		bool		readable = SequenceIdReadable(id);
 		NodeHashEnt *h;
 		int64		counts[NUM_STAT_FIELDS] = {0};
 		int64		live = 0;
@@ -1024,12 +1027,15 @@ sequence_cache(PG_FUNCTION_ARGS)
 		node = strcmp(tier, "database") == 0 && strcmp(cache, "node") == 0 &&
 			(h != NULL || NodeShared->nfree > 0);
 		LWLockRelease(NodeShared->lock);
-		StatsRead(KIND_SEQUENCE, id, counts);
-		values[1] = Int64GetDatum(counts[STAT_NODE_HITS] + live);
-		values[2] = Int64GetDatum(counts[STAT_NODE_RESERVATIONS]);
-		values[3] = Int64GetDatum(counts[STAT_NODE_WAITS]);
-		values[4] = Int64GetDatum(counts[STAT_NODE_FULL]);
-		memset(&nulls[1], 0, sizeof(bool) * 4);
+		if (readable)
+		{
+			StatsRead(KIND_SEQUENCE, id, counts);
+			values[1] = Int64GetDatum(counts[STAT_NODE_HITS] + live);
+			values[2] = Int64GetDatum(counts[STAT_NODE_RESERVATIONS]);
+			values[3] = Int64GetDatum(counts[STAT_NODE_WAITS]);
+			values[4] = Int64GetDatum(counts[STAT_NODE_FULL]);
+			memset(&nulls[1], 0, sizeof(bool) * 4);
+		}
 	}
 	values[0] = CStringGetTextDatum(node ? "node" : "session");
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));

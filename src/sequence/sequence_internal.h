@@ -14,6 +14,7 @@ extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
 						int32 block, bool *overflow);
 extern XLogRecPtr FlushShardReservation(Oid relid);
 extern Oid	LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard);
+extern bool SequenceIdReadable(int32 seq_id);
 
 /*
  * admin.c: where the configuration lives, for reading it straight from the
