@@ -17,7 +17,9 @@
 #      connection that began after advance_sequence above its past.  A clean
 #      restart burns at most two blocks (the rest of the block, and the
 #      prefetched one).
-#   4. A synchronous standby promoted: the standby's WAL receiver is stopped
+#   4. A synchronous standby: while it confirms, connections one after the
+#      other take consecutive values from the blocks it confirmed.  Then it is
+#      promoted: the standby's WAL receiver is stopped
 #      while sessions draw through the node cache, the primary crashes and
 #      the standby is promoted; it must hand out none of the primary's
 #      values (a block is used only once the standby confirmed it).
@@ -241,6 +243,9 @@ $primary->poll_query_until('postgres',
   or die 'the standby did not become synchronous';
 
 my @pvals = map { $primary->safe_psql('stress', "SELECT sharded_nextval('f')") } 1 .. 30;
+# blocks the standby confirmed serve every connection: none burns a block
+is(increasing(@pvals), '', '30 connections with the standby in sync: each value above the one before');
+is($pvals[-1] - $pvals[0] + 1, 30, '... and they follow each other (blocks of 20): no block burned per connection');
 my @sessions = map { $primary->background_psql('stress', on_error_stop => 0) } 1 .. 4;
 my %got;
 for my $i (0 .. $#sessions)
