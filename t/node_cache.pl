@@ -212,9 +212,15 @@ $node->restart;
 my @after_restart = sequential(3, 's');
 push @seq_all, @before_restart, @after_restart;
 my $restart_gap = $after_restart[0] - $before_restart[-1];
-note("RESULT a clean restart: the next value came $restart_gap after the last (block 37)");
+# burned: the values between the last before and the first after that nobody
+# handed out (a long session that drew blocks of its own, as one does when
+# its value from the node would not be above its last, handed some out)
+my %handed = map { $_ => 1 } (map { /^(\d+)$/mg } @long), @seq_all,
+  split(/\n/, sql('SELECT v FROM short_drawn'));
+my $burned = grep { !$handed{$_} } $before_restart[-1] + 1 .. $after_restart[0] - 1;
+note("RESULT a clean restart: the next value came $restart_gap after the last, $burned values between burned (block 37)");
 note("before @before_restart after @after_restart");
-cmp_ok($restart_gap, '<=', 2 * 37, 'a clean restart burned at most two blocks');
+cmp_ok($burned, '<=', 2 * 37, 'a clean restart burned at most two blocks');
 
 is(increasing(@seq_all), '', scalar(@seq_all)
 	  . ' sequential connections across the shutdown, alter and advance: each value above the one before');
