@@ -6,7 +6,9 @@
 #
 #   - SELECT 1;
 #   - nextval on a native sequence with CACHE 1000;
-#   - sharded_nextval('s') on a sequence from create_sequence('s');
+#   - sharded_nextval('s') on a sequence from create_sequence('s') (from
+#     1.5 on, drawn through the node cache), and, from 1.5 on,
+#     sharded_nextval('s_session') on one with cache => 'session';
 #   - UPDATE of one hot row, and of a random one of 16 slot rows;
 #   - counter_incr in mode 'exact', 'buffered' (shared memory) and
 #     'memcached'.  Version 1.2 calls the memcached write-behind mode
@@ -18,7 +20,7 @@
 # workload of one column alike.  Every point starts after VACUUM and
 # CHECKPOINT.  pgbench runs -n -M prepared with -j min(clients, 2): this is a
 # 2-core machine, and more pgbench threads than cores only compete with the
-# server.  At SECONDS=5, the 56 points take about 7 minutes.
+# server.  At SECONDS=5, the 63 points take about 8 minutes.
 #
 # Writes bench/results/scaling.md (the markdown table, also printed on
 # stdout), scaling.dat (the same numbers for gnuplot), scaling.gp and
@@ -104,17 +106,20 @@ if try "SELECT sharded_seq.create_counter('c_memcached', mode => 'memcached')"; 
 elif [ "$NEW_NAMES" != t ] && try "SELECT sharded_seq.create_counter('c_memcached', mode => 'buffered')"; then
     MC_MODE=buffered
 fi
+# 1.5: the node cache is the default; per-session blocks are cache 'session'
+try "SELECT sharded_seq.create_sequence('s_session', cache => 'session')" && SESSION_CACHE=1 || SESSION_CACHE=""
 BUF_MODE=""
 if [ "$NEW_NAMES" = t ] && try "SELECT sharded_seq.create_counter('c_buffered', mode => 'buffered')"; then
     BUF_MODE=buffered
 fi
 
 # Workloads: key, pgbench script, label for the table, title for the picture.
-ORDER="select1 nextval sharded_nextval hot_row slots16 counter_exact counter_buffered counter_memcached"
+ORDER="select1 nextval sharded_nextval sharded_nextval_session hot_row slots16 counter_exact counter_buffered counter_memcached"
 declare -A W LABEL TITLE TPS NA
 W[select1]="SELECT 1;"
 W[nextval]="SELECT nextval('s_cache1000');"
 W[sharded_nextval]="SELECT sharded_nextval('s');"
+W[sharded_nextval_session]="SELECT sharded_nextval('s_session');"
 W[hot_row]="UPDATE hot SET n = n + 1 WHERE id = 1;"
 W[slots16]=$'\\set r random(1, 16)\nUPDATE slots SET n = n + 1 WHERE id = :r;'
 W[counter_exact]="SELECT counter_incr('c_exact');"
@@ -123,6 +128,8 @@ W[counter_memcached]="SELECT counter_incr('c_memcached');"
 LABEL[select1]="\`SELECT 1\`"
 LABEL[nextval]="\`nextval\`, native sequence CACHE 1000"
 LABEL[sharded_nextval]="\`sharded_nextval('s')\`"
+[ -n "$SESSION_CACHE" ] && LABEL[sharded_nextval]="\`sharded_nextval('s')\`, cache 'node' (the default)"
+LABEL[sharded_nextval_session]="\`sharded_nextval('s_session')\`, cache 'session'"
 LABEL[hot_row]="\`UPDATE\` one hot row"
 LABEL[slots16]="\`UPDATE\` a random one of 16 slot rows"
 LABEL[counter_exact]="\`counter_incr\`, mode 'exact'"
@@ -132,6 +139,8 @@ LABEL[counter_memcached]="\`counter_incr\`, mode 'memcached'"
 TITLE[select1]="SELECT 1"
 TITLE[nextval]="nextval, CACHE 1000"
 TITLE[sharded_nextval]="sharded_nextval"
+[ -n "$SESSION_CACHE" ] && TITLE[sharded_nextval]="sharded_nextval, cache node"
+TITLE[sharded_nextval_session]="sharded_nextval, cache session"
 TITLE[hot_row]="UPDATE one hot row"
 TITLE[slots16]="UPDATE 1 of 16 slot rows"
 TITLE[counter_exact]="counter_incr exact"
@@ -142,12 +151,14 @@ declare -A STYLE=(
     [select1]="lc rgb '#555555' dt 2 pt 1"
     [nextval]="lc rgb '#1f77b4' pt 2"
     [sharded_nextval]="lc rgb '#ff7f0e' pt 7"
+    [sharded_nextval_session]="lc rgb '#bcbd22' pt 3"
     [hot_row]="lc rgb '#8c564b' dt 4 pt 4"
     [slots16]="lc rgb '#9467bd' dt 4 pt 5"
     [counter_exact]="lc rgb '#2ca02c' pt 6"
     [counter_buffered]="lc rgb '#d62728' pt 9"
     [counter_memcached]="lc rgb '#17becf' pt 8")
 [ -n "$C_EXACT" ] || NA[counter_exact]=1
+[ -n "$SESSION_CACHE" ] || NA[sharded_nextval_session]=1
 [ -n "$BUF_MODE" ] || NA[counter_buffered]=1
 [ -n "$MC_MODE" ] || NA[counter_memcached]=1
 

@@ -28,7 +28,10 @@ static emit_log_hook_type prev_emit_log_hook = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* Shared memory: statistics, buffered counters' slots, kept totals, the workers' state. */
+/*
+ * Shared memory: statistics, buffered counters' slots, kept totals, the
+ * workers' state, the node-wide sequence cache.
+ */
 static void
 ShmemRequest(void)
 {
@@ -39,7 +42,9 @@ ShmemRequest(void)
 	RequestAddinShmemSpace(LayoutShmemSize());
 	RequestAddinShmemSpace(KeptShmemSize());
 	RequestAddinShmemSpace(RegistryShmemSize());
+	RequestAddinShmemSpace(NodeCacheShmemSize());
 	RequestNamedLWLockTranche("sharded_seq", 1);
+	RequestNamedLWLockTranche("sharded_seq node cache", 1);
 	RequestNamedLWLockTranche("sharded_seq buffered", 1);
 	RequestNamedLWLockTranche("sharded_seq workers", 1);
 }
@@ -55,6 +60,7 @@ ShmemStartup(void)
 	LayoutShmemInit();
 	KeptShmemInit();
 	RegistryShmemInit();
+	NodeCacheShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -212,6 +218,22 @@ _PG_init(void)
 							&SharedTotals, 65536, 0, 16777216,
 							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
 							0, NULL, NULL, NULL);
+	DefineCustomIntVariable("sharded_seq.node_cache_sequences",
+							"Sequences whose current block shared memory holds for every session (cache 'node'); 0 turns the node cache off.",
+							"A sequence that finds no room draws a block per session.  Each costs about 600 bytes.  Takes effect only with sharded_seq in shared_preload_libraries.",
+							&NodeCacheSequences, 1024, 0, 1048576,
+							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
+							0, NULL, NULL, NULL);
+#ifdef SHARDED_SEQ_WAIT_POINTS
+	/* test builds only: t/node_cache.pl starts entries near the wrap of block numbers */
+	DefineCustomIntVariable("sharded_seq.test_node_first_block",
+							"Test builds: the block number every node cache entry starts at.",
+							NULL,
+							&NodeCacheFirstBlock, 0, 0, 16777215,
+							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP,
+							GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							NULL, NULL, NULL);
+#endif
 	MarkGUCPrefixReserved("sharded_seq");
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = AddRangeHint;

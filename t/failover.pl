@@ -33,9 +33,12 @@ my $primary = ssq_node(
 	  # the standby (a copy) restarts when its WAL receiver is killed
 	  . "restart_after_crash = on\n");
 # one shard each: one session's draws on the promoted node then cover every
-# block the old primary carved
+# block the old primary carved.  's' keeps a block per session (cache
+# 'session'): each session waits for its own block here; the node cache
+# (one reservation that the others wait for) is failed over in
+# t/node_cache.pl.
 $primary->safe_psql('stress', q{
-SELECT sharded_seq.create_sequence('s', shards => 1, block => 20);
+SELECT sharded_seq.create_sequence('s', shards => 1, block => 20, cache => 'session');
 SELECT sharded_seq.create_sequence('m', tier => 'memcached', block => 10);
 CREATE SEQUENCE native_s;
 });

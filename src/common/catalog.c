@@ -232,6 +232,13 @@ NodeClaimsStored(void)
 	return OidIsValid(get_relname_relid("node_claims", ConfigNamespace()));
 }
 
+/* Does sequence_config have the cache column (schema 1.5)? */
+bool
+NodeCacheStored(void)
+{
+	return get_attnum(ConfigRelid("sequence_config"), "cache") != InvalidAttrNumber;
+}
+
 /*
  * relname in the extension's schema, or InvalidOid when the extension is not
  * installed.  Never raises an error.

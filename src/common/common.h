@@ -100,6 +100,7 @@ extern bool ShardLayoutsStored(void);
 extern bool AdaptiveCountersStored(void);
 extern bool WriteBehindModesSplit(void);
 extern bool NodeClaimsStored(void);
+extern bool NodeCacheStored(void);
 extern bool ChangesShardTable(Node *stmt);
 extern bool ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot);
 extern bool AltersOwnTable(Node *stmt);
@@ -198,10 +199,20 @@ typedef enum StatField
 	STAT_FALLBACKS,				/* served by the database instead */
 	STAT_ERRORS,				/* memcached calls that failed */
 	STAT_FLUSHES,				/* buffered amounts written to shard rows */
+	/* the node-wide sequence cache (sequence/node_cache.c) */
+	STAT_NODE_HITS,				/* values handed out from it */
+	STAT_NODE_RESERVATIONS,		/* blocks reserved for it */
+	STAT_NODE_WAITS,			/* draws that waited for a reservation */
+	STAT_NODE_FULL,				/* sessions that found it full and drew per session */
 	NUM_STAT_FIELDS
 } StatField;
 
+/* the fields memcached_stats shows */
+#define NUM_MC_STAT_FIELDS		(STAT_FLUSHES + 1)
+
 extern void StatsCount(ObjectKind kind, int32 id, StatField field, int64 n);
+extern void StatsCountIn(Oid dbid, ObjectKind kind, int32 id, StatField field, int64 n);
+extern void StatsRead(ObjectKind kind, int32 id, int64 *counts);
 extern Size CountsShmemSize(void);
 extern void CountsShmemInit(void);
 
@@ -222,6 +233,7 @@ typedef struct RegistryDb
 	bool		accepting;		/* its worker flushes what commits put in slots */
 	uint32		mc_servers;		/* hash of the memcached servers it flushes, or 0 */
 	pg_atomic_uint32 forward_news;	/* commits left 'memcached' amounts in slots */
+	pg_atomic_uint32 prefetch_news; /* node cache entries ask for their next block */
 	Latch	   *latch;			/* its worker's, to wake it for them */
 	TimestampTz started_at;
 	TimestampTz paused_until;	/* a database command needs it gone */
@@ -258,6 +270,7 @@ extern bool RegistryAcceptingHere(void);
 extern void RegistryForwardNews(void);
 extern bool RegistryForwardsHere(void);
 extern bool RegistryFlushesMyMemcached(void);
+extern bool RegistryPrefetchNews(void);
 
 
 
@@ -275,5 +288,8 @@ extern int64 SequenceNodeLocal(int64 value, bool above, const char *seqname,
 
 /* replication.c */
 extern void WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname);
+extern bool SyncStandbysActive(void);
+extern bool ReservationConfirmedHere(void);
+extern uint32 SyncStamp(void);
 
 #endif							/* SHARDED_SEQ_COMMON_H */

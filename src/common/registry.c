@@ -48,7 +48,10 @@ RegistryShmemInit(void)
 		memset(RegistryShared, 0, sizeof(RegistryData));
 		RegistryShared->lock = &(GetNamedLWLockTranche("sharded_seq workers"))->lock;
 		for (int i = 0; i < REGISTRY_MAX_DBS; i++)
+		{
 			pg_atomic_init_u32(&RegistryShared->dbs[i].forward_news, 0);
+			pg_atomic_init_u32(&RegistryShared->dbs[i].prefetch_news, 0);
+		}
 	}
 }
 
@@ -69,6 +72,7 @@ RegistryEntry(Oid dbid, bool make)
 		return NULL;
 	memset(free_entry, 0, sizeof(RegistryDb));
 	pg_atomic_init_u32(&free_entry->forward_news, 0);
+	pg_atomic_init_u32(&free_entry->prefetch_news, 0);
 	free_entry->dbid = dbid;
 	return free_entry;
 }
@@ -205,6 +209,27 @@ RegistryForwardNews(void)
 		if (latch != NULL)
 			SetLatch(latch);
 	}
+}
+
+/*
+ * A node cache entry of this database asks for its next block: wake this
+ * database's worker, if one runs and takes requests.  Returns false when
+ * none does; the caller then reserves the block itself.
+ */
+bool
+RegistryPrefetchNews(void)
+{
+	volatile RegistryDb *db = RegistryEntryHere();
+	Latch	   *latch;
+
+	if (db == NULL || db->pid == 0 || !db->accepting)
+		return false;
+	latch = db->latch;
+	if (latch == NULL)
+		return false;
+	pg_atomic_write_u32((pg_atomic_uint32 *) &db->prefetch_news, 1);
+	SetLatch(latch);
+	return true;
 }
 
 /*

@@ -19,6 +19,7 @@
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
 #include "storage/lwlock.h"
+#include "common/hashfn.h"
 #include "utils/guc.h"
 
 #include "common/common.h"
@@ -138,4 +139,58 @@ WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname)
 			 errdetail("The block reserved at %X/%X is discarded unused; the warning about a local commit does not apply to it.",
 					   LSN_FORMAT_ARGS(lsn)),
 			 errhint("Retry once the synchronous standbys are connected and streaming, or stop waiting for them in this session with SET synchronous_commit = local.")));
+}
+
+/*
+ * Are synchronous standbys in force (a commit with synchronous_commit = on
+ * would wait for them)?  The worker reserves no node cache block then: it
+ * must not wait for a standby at shutdown.
+ */
+bool
+SyncStandbysActive(void)
+{
+	return max_wal_senders > 0 && WalSndCtl != NULL && SyncStandbysInForce();
+}
+
+/*
+ * May this session reserve a block that every session of the node uses (the
+ * node cache)?  Only if its wait confirms the block as a commit with
+ * synchronous_commit = on would be confirmed: at remote flush, when
+ * synchronous standbys are in force.  Otherwise it draws per session.
+ */
+bool
+ReservationConfirmedHere(void)
+{
+	return !SyncStandbysActive() ||
+		(SyncRepRequested() && SyncWaitMode() == SYNC_REP_WAIT_FLUSH);
+}
+
+/*
+ * The synchronous replication state a node cache block is confirmed under:
+ * 0 when no synchronous standby is in force, else a hash of
+ * synchronous_standby_names as this backend sees it (never 0).  A block is
+ * handed out only under the state it was confirmed under: one confirmed
+ * before the standbys came into force, or by another standby set, would be
+ * missing on a standby promoted later.
+ */
+uint32
+SyncStamp(void)
+{
+	static char *names = NULL;
+	static uint32 hash = 0;
+
+	if (!SyncStandbysActive())
+		return 0;
+	if (SyncRepStandbyNames == NULL)
+		return 1;
+	if (names == NULL || strcmp(names, SyncRepStandbyNames) != 0)
+	{
+		if (names)
+			free(names);
+		names = strdup(SyncRepStandbyNames);
+		if (names == NULL)
+			return 1;
+		hash = hash_bytes((const unsigned char *) names, (int) strlen(names)) | 1;
+	}
+	return hash;
 }

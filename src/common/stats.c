@@ -1,8 +1,10 @@
 /*
  * stats.c
  *	  Counts of memcached fast-path events (hits, lease rebuilds, fallbacks
- *	  to the database, errors, flushes) per sequence and counter, and the
- *	  functions that show them and probe the servers.
+ *	  to the database, errors, flushes) and of the node-wide sequence cache
+ *	  (values, reservations, waits, sessions it had no room for) per
+ *	  sequence and counter, and the functions that show them and probe the
+ *	  servers.
  *
  * With sharded_seq in shared_preload_libraries the counts live in shared
  * memory and cover every session; otherwise each session counts its own.
@@ -76,7 +78,7 @@ CountsShmemInit(void)
 }
 
 static StatSlot *
-SharedSlot(ObjectKind kind, int32 id)
+SharedSlot(Oid dbid, ObjectKind kind, int32 id, bool claim)
 {
 	StatSlot   *found = NULL;
 	StatSlot   *free_slot = NULL;
@@ -86,9 +88,11 @@ SharedSlot(ObjectKind kind, int32 id)
 	{
 		StatSlot   *s = &Shared->slots[i];
 
-		if (s->dbid == MyDatabaseId && s->kind == (int32) kind && s->id == id)
+		if (s->dbid == dbid && s->kind == (int32) kind && s->id == id)
 			return s;
 	}
+	if (!claim)
+		return NULL;
 
 	/* claim a slot under the lock, looking again first */
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
@@ -96,7 +100,7 @@ SharedSlot(ObjectKind kind, int32 id)
 	{
 		StatSlot   *s = &Shared->slots[i];
 
-		if (s->dbid == MyDatabaseId && s->kind == (int32) kind && s->id == id)
+		if (s->dbid == dbid && s->kind == (int32) kind && s->id == id)
 			found = s;
 		else if (s->dbid == InvalidOid && free_slot == NULL)
 			free_slot = s;
@@ -106,11 +110,34 @@ SharedSlot(ObjectKind kind, int32 id)
 		free_slot->kind = (int32) kind;
 		free_slot->id = id;
 		pg_write_barrier();
-		free_slot->dbid = MyDatabaseId;
+		free_slot->dbid = dbid;
 		found = free_slot;
 	}
 	LWLockRelease(Shared->lock);
 	return found;				/* NULL when full: the event goes uncounted */
+}
+
+/* Count n events of a sequence or counter of another database (shared only). */
+void
+StatsCountIn(Oid dbid, ObjectKind kind, int32 id, StatField field, int64 n)
+{
+	StatSlot   *s;
+
+	if (Shared == NULL)
+		return;
+	s = SharedSlot(dbid, kind, id, true);
+	if (s)
+		pg_atomic_fetch_add_u64(&s->v[field], (uint64) n);
+}
+
+/* The counts of an object of this database, zero where none (shared only). */
+void
+StatsRead(ObjectKind kind, int32 id, int64 *counts)
+{
+	StatSlot   *s = Shared ? SharedSlot(MyDatabaseId, kind, id, false) : NULL;
+
+	for (int f = 0; f < NUM_STAT_FIELDS; f++)
+		counts[f] = s ? (int64) pg_atomic_read_u64(&s->v[f]) : 0;
 }
 
 void
@@ -118,7 +145,7 @@ StatsCount(ObjectKind kind, int32 id, StatField field, int64 n)
 {
 	if (Shared != NULL)
 	{
-		StatSlot   *s = SharedSlot(kind, id);
+		StatSlot   *s = SharedSlot(MyDatabaseId, kind, id, true);
 
 		if (s)
 			pg_atomic_fetch_add_u64(&s->v[field], (uint64) n);
@@ -159,9 +186,9 @@ EmitRow(ReturnSetInfo *rsinfo, int32 kind, int32 id, const uint64 *v, const char
 
 	values[0] = CStringGetTextDatum(kind == KIND_SEQUENCE ? "sequence" : "counter");
 	values[1] = Int32GetDatum(id);
-	for (int f = 0; f < NUM_STAT_FIELDS; f++)
+	for (int f = 0; f < NUM_MC_STAT_FIELDS; f++)
 		values[2 + f] = Int64GetDatum((int64) v[f]);
-	values[2 + NUM_STAT_FIELDS] = CStringGetTextDatum(scope);
+	values[2 + NUM_MC_STAT_FIELDS] = CStringGetTextDatum(scope);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
@@ -179,12 +206,18 @@ memcached_stats(PG_FUNCTION_ARGS)
 		{
 			StatSlot   *s = &Shared->slots[i];
 			uint64		v[NUM_STAT_FIELDS];
+			bool		any = false;
 
 			if (s->dbid != MyDatabaseId)
 				continue;
 			for (int f = 0; f < NUM_STAT_FIELDS; f++)
+			{
 				v[f] = pg_atomic_read_u64(&s->v[f]);
-			EmitRow(rsinfo, s->kind, s->id, v, "cluster");
+				any |= f < NUM_MC_STAT_FIELDS && v[f] != 0;
+			}
+			/* a sequence counted only by the node cache is not listed here */
+			if (any)
+				EmitRow(rsinfo, s->kind, s->id, v, "cluster");
 		}
 	}
 	else if (Local != NULL)

@@ -10,16 +10,28 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "common/int.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 #include "sequence/sequence_internal.h"
 
@@ -38,6 +50,7 @@ typedef struct SeqRow
 	Oid			owner;
 	Acl		   *acl;
 	char	   *tier;
+	char	   *cache;			/* 'node' or 'session' (NULL before schema 1.5) */
 } SeqRow;
 
 /*
@@ -57,6 +70,102 @@ BlockStart(int64 base, int64 k, int32 shards, int32 shard, int32 block,
 		pg_mul_s64_overflow(index, block, &offset) ||
 		pg_add_s64_overflow(base, offset, &start);
 	return *overflow ? 0 : start;
+}
+
+/*
+ * Where the configuration lives (ConfigPlaces in sequence_internal.h),
+ * looked up again when ConfigEpoch moves (an update of the extension may add
+ * columns; a reinstallation makes new tables).
+ */
+
+static ConfigPlaces Places = {PG_UINT64_MAX};
+
+/* A column's number, from the relation's descriptor (no catalog lookup). */
+static AttrNumber
+ColumnOf(Relation rel, const char *column, bool required)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), column) == 0)
+			return att->attnum;
+	}
+	if (required)
+		elog(ERROR, "sharded_seq's table \"%s\" has no column \"%s\"",
+			 RelationGetRelationName(rel), column);
+	return InvalidAttrNumber;
+}
+
+/* The places of the configuration, with both tables open. */
+ConfigPlaces *
+SequenceConfigPlaces(Relation config, Relation shards)
+{
+	Oid			namespace = RelationGetNamespace(config);
+
+	if (Places.epoch == ConfigEpoch && Places.config == RelationGetRelid(config))
+		return &Places;
+	Places.config = RelationGetRelid(config);
+	Places.shards = RelationGetRelid(shards);
+	/* the names the base script's constraints gave them (kept by a dump) */
+	Places.by_name = get_relname_relid("sequence_config_name_key", namespace);
+	Places.by_id = get_relname_relid("sequence_config_pkey", namespace);
+	Places.by_generation = get_relname_relid("sequence_shards_pkey", namespace);
+	Places.c_id = ColumnOf(config, "id", true);
+	Places.c_name = ColumnOf(config, "name", true);
+	Places.c_generation = ColumnOf(config, "generation", true);
+	Places.c_base = ColumnOf(config, "base", true);
+	Places.c_shards = ColumnOf(config, "shards", true);
+	Places.c_block = ColumnOf(config, "block", true);
+	Places.c_owner = ColumnOf(config, "owner", true);
+	Places.c_acl = ColumnOf(config, "acl", true);
+	Places.c_tier = ColumnOf(config, "tier", true);
+	Places.c_cache = ColumnOf(config, "cache", false);
+	Places.s_seq_id = ColumnOf(shards, "seq_id", true);
+	Places.s_generation = ColumnOf(shards, "generation", true);
+	Places.s_shard = ColumnOf(shards, "shard", true);
+	Places.s_relid = ColumnOf(shards, "relid", true);
+	Places.epoch = ConfigEpoch;
+	return &Places;
+}
+
+/* Does a text column of tup hold value? */
+bool
+TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, attno, desc, &isnull);
+	char	   *str;
+	bool		is;
+
+	if (isnull)
+		return false;
+	str = TextDatumGetCString(d);
+	is = strcmp(str, value) == 0;
+	pfree(str);
+	return is;
+}
+
+/*
+ * Make the WAL record that covers the shard's last reservation durable, and
+ * return its LSN.  nextval_internal() logs ahead and stamps the page with
+ * that record's LSN.
+ */
+XLogRecPtr
+FlushShardReservation(Oid relid)
+{
+	Relation	rel = relation_open(relid, NoLock);
+	Buffer		buf = ReadBuffer(rel, 0);
+	XLogRecPtr	lsn;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	lsn = PageGetLSN(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	relation_close(rel, NoLock);
+	XLogFlush(lsn);
+	return lsn;
 }
 
 /*
@@ -97,6 +206,84 @@ GenerationHighWater(int32 seq_id, int32 generation, int64 base, int32 shards,
 		high = Max(high, end);
 	}
 	return high;
+}
+
+/*
+ * The next block a shard (a native sequence) will reserve: its last_value
+ * + 1, or 0 if it reserved none, read from its page as nextval_internal
+ * leaves it (what pg_sequence_last_value reports).
+ */
+static int64
+ShardNextK(Oid relid)
+{
+	Relation	rel = relation_open(relid, AccessShareLock);
+	Buffer		buf = ReadBuffer(rel, 0);
+	Page		page;
+	ItemId		lp;
+	HeapTupleHeader th;
+	Form_pg_sequence_data seq;
+	int64		next;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	lp = PageGetItemId(page, FirstOffsetNumber);
+	th = (HeapTupleHeader) PageGetItem(page, lp);
+	seq = (Form_pg_sequence_data) ((char *) th + th->t_hoff);
+	next = seq->is_called ? seq->last_value + 1 : seq->last_value;
+	UnlockReleaseBuffer(buf);
+	relation_close(rel, NoLock);
+	return next;
+}
+
+/*
+ * The shard of a generation whose next block comes first: the smallest
+ * (k + 1) * shards + i over shards i that reserved block k last (0 for one
+ * that reserved none).  Its next block lies above every block of the
+ * generation that was the first in line when it was taken, so a node that
+ * always takes this one hands out increasing blocks, consecutive ones when
+ * it alone draws (node_cache.c).  Call under the draw lock and the node
+ * cache's reservation lock: no shard moves meanwhile, and no layout change
+ * retires the generation.  Reads the tables and pages directly: no SQL.
+ */
+Oid
+LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
+{
+	Relation	config = table_open(ConfigRelid("sequence_config"), AccessShareLock);
+	Relation	shards_rel = table_open(ConfigRelid("sequence_shards"), AccessShareLock);
+	ConfigPlaces *places = SequenceConfigPlaces(config, shards_rel);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
+	Oid			best_relid = InvalidOid;
+	int128		best = 0;
+
+	ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(seq_id));
+	ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(generation));
+	scan = systable_beginscan(shards_rel, places->by_generation, OidIsValid(places->by_generation),
+							  snapshot, 2, key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		TupleDesc	desc = RelationGetDescr(shards_rel);
+		bool		isnull;
+		int32		s = DatumGetInt32(heap_getattr(tup, places->s_shard, desc, &isnull));
+		Oid			relid = DatumGetObjectId(heap_getattr(tup, places->s_relid, desc, &isnull));
+		int128		next = (int128) ShardNextK(relid) * shards + s;
+
+		if (!OidIsValid(best_relid) || next < best)
+		{
+			best = next;
+			best_relid = relid;
+			*shard = s;
+		}
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(shards_rel, AccessShareLock);
+	table_close(config, AccessShareLock);
+	if (!OidIsValid(best_relid))
+		elog(ERROR, "sharded sequence %d has no shards in generation %d", seq_id, generation);
+	return best_relid;
 }
 
 static void
@@ -218,23 +405,24 @@ ReapShards(void)
 static bool
 FetchSeqRow(const char *name, SeqRow *row, bool for_update)
 {
-	static SPIPlanPtr plan = NULL;
-	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr plans[2][2] = {{NULL, NULL}, {NULL, NULL}};
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
-	const char *sql =
-		"SELECT id, generation, base, shards, block, owner::pg_catalog.oid, acl, tier"
-		"  FROM sharded_seq.sequence_config WHERE name OPERATOR(pg_catalog.=) $1";
+	bool		cached = NodeCacheStored();
+	const char *sql = psprintf(
+							   "SELECT id, generation, base, shards, block, owner::pg_catalog.oid, acl, tier, %s"
+							   "  FROM sharded_seq.sequence_config WHERE name OPERATOR(pg_catalog.=) $1%s",
+							   cached ? "cache" : "NULL::pg_catalog.text",
+							   for_update ? " FOR UPDATE" : "");
+	SPIPlanPtr *plan = &plans[cached][for_update];
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
 	Datum		acl;
+	Datum		cache;
 
-	if (for_update)
-		PreparePlan(&lock_plan, psprintf("%s FOR UPDATE", sql), 1, argtypes);
-	else
-		PreparePlan(&plan, sql, 1, argtypes);
-	if (SPI_execute_plan(for_update ? lock_plan : plan, args, NULL, false, 1) != SPI_OK_SELECT)
+	PreparePlan(plan, sql, 1, argtypes);
+	if (SPI_execute_plan(*plan, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.sequence_config");
 	if (SPI_processed == 0)
 		return false;
@@ -249,7 +437,36 @@ FetchSeqRow(const char *name, SeqRow *row, bool for_update)
 	acl = SPI_getbinval(tup, desc, 7, &isnull);
 	row->acl = isnull ? NULL : DatumGetAclP(acl);
 	row->tier = TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull));
+	cache = SPI_getbinval(tup, desc, 9, &isnull);
+	row->cache = isnull ? NULL : TextDatumGetCString(cache);
 	return true;
+}
+
+static void
+ValidateCache(const char *cache)
+{
+	if (strcmp(cache, "node") == 0 || strcmp(cache, "session") == 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown cache \"%s\"", cache),
+			 errhint("cache must be 'node' (one block shared by the server's sessions) or 'session' (a block per session).")));
+}
+
+/*
+ * The cache argument, or NULL when it is absent (a call through the
+ * functions of schema 1.4, which lack it) or NULL (alter: keep it).
+ */
+static char *
+CacheArg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *cache;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	cache = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	ValidateCache(cache);
+	return cache;
 }
 
 static void
@@ -305,11 +522,12 @@ ChooseLayout(FunctionCallInfo fcinfo, int shards_arg, int block_arg,
  */
 static void
 NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
-			  const char *tier, int64 min_base)
+			  const char *tier, const char *cache, int64 min_base)
 {
 	static SPIPlanPtr update_plan = NULL;
-	Oid			update_types[6] = {INT4OID, INT4OID, INT8OID, INT4OID, INT4OID, TEXTOID};
-	Datum		update_args[6];
+	static SPIPlanPtr update_plan_14 = NULL;
+	Oid			update_types[7] = {INT4OID, INT4OID, INT8OID, INT4OID, INT4OID, TEXTOID, TEXTOID};
+	Datum		update_args[7];
 	int64		high;
 	int64		base;
 
@@ -328,12 +546,22 @@ NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 	update_args[3] = Int32GetDatum(shards);
 	update_args[4] = Int32GetDatum(block);
 	update_args[5] = CStringGetTextDatum(tier);
-	PreparePlan(&update_plan,
-				"UPDATE sharded_seq.sequence_config"
-				"   SET generation = $2, base = $3, shards = $4, block = $5, tier = $6,"
-				"       altered_at = pg_catalog.now()"
-				" WHERE id OPERATOR(pg_catalog.=) $1", 6, update_types);
-	if (SPI_execute_plan(update_plan, update_args, NULL, false, 0) != SPI_OK_UPDATE)
+	if (cache)
+	{
+		update_args[6] = CStringGetTextDatum(cache);
+		PreparePlan(&update_plan,
+					"UPDATE sharded_seq.sequence_config"
+					"   SET generation = $2, base = $3, shards = $4, block = $5, tier = $6,"
+					"       cache = $7, altered_at = pg_catalog.now()"
+					" WHERE id OPERATOR(pg_catalog.=) $1", 7, update_types);
+	}
+	else
+		PreparePlan(&update_plan_14,
+					"UPDATE sharded_seq.sequence_config"
+					"   SET generation = $2, base = $3, shards = $4, block = $5, tier = $6,"
+					"       altered_at = pg_catalog.now()"
+					" WHERE id OPERATOR(pg_catalog.=) $1", 6, update_types);
+	if (SPI_execute_plan(cache ? update_plan : update_plan_14, update_args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update sharded sequence \"%s\"", name);
 	CreateShards(row->id, row->generation + 1, base, shards, block);
 	ReapShards();
@@ -381,9 +609,11 @@ create_sequence(PG_FUNCTION_ARGS)
 	int32		block;
 	int64		start;
 	char	   *tier = RequiredText(fcinfo, 4, "tier");
+	char	   *cache = PG_NARGS() > 5 ? RequiredText(fcinfo, 5, "cache") : NULL;
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[7] = {INT4OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT8OID, OIDOID};
-	Datum		args[7];
+	static SPIPlanPtr plan_14 = NULL;
+	Oid			argtypes[8] = {INT4OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT8OID, OIDOID, TEXTOID};
+	Datum		args[8];
 	OwnerContext ctx;
 	SeqRow		existing;
 	int32		id;
@@ -400,6 +630,8 @@ create_sequence(PG_FUNCTION_ARGS)
 				 errmsg("start must be greater than %lld", (long long) PG_INT64_MIN),
 				 errhint("Choose a start value such as 1.")));
 	ValidateTier(tier);
+	if (cache)
+		ValidateCache(cache);
 	ChooseLayout(fcinfo, 1, 2, tier, NULL, &shards, &block);
 
 	/* start is a value; the layout counts in this node's local positions */
@@ -419,12 +651,22 @@ create_sequence(PG_FUNCTION_ARGS)
 	args[4] = CStringGetTextDatum(tier);
 	args[5] = Int64GetDatum(start);
 	args[6] = ObjectIdGetDatum(ctx.caller);
-	PreparePlan(&plan,
-				"INSERT INTO sharded_seq.sequence_config"
-				" (id, name, shards, block, tier, generation, base, owner)"
-				" VALUES ($1, $2, $3, $4, $5, 1, $6, $7::pg_catalog.regrole)",
-				7, argtypes);
-	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_INSERT)
+	if (cache)
+	{
+		args[7] = CStringGetTextDatum(cache);
+		PreparePlan(&plan,
+					"INSERT INTO sharded_seq.sequence_config"
+					" (id, name, shards, block, tier, generation, base, owner, cache)"
+					" VALUES ($1, $2, $3, $4, $5, 1, $6, $7::pg_catalog.regrole, $8)",
+					8, argtypes);
+	}
+	else
+		PreparePlan(&plan_14,
+					"INSERT INTO sharded_seq.sequence_config"
+					" (id, name, shards, block, tier, generation, base, owner)"
+					" VALUES ($1, $2, $3, $4, $5, 1, $6, $7::pg_catalog.regrole)",
+					7, argtypes);
+	if (SPI_execute_plan(cache ? plan : plan_14, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not create sharded sequence \"%s\"", name);
 	CreateShards(id, 1, start, shards, block);
 	ReapShards();
@@ -443,6 +685,7 @@ alter_sequence(PG_FUNCTION_ARGS)
 	int32		shards;
 	int32		block;
 	char	   *tier;
+	char	   *cache;
 
 	if (!PG_ARGISNULL(1))
 		ValidateShards(PG_GETARG_INT32(1), KIND_SEQUENCE);
@@ -450,13 +693,24 @@ alter_sequence(PG_FUNCTION_ARGS)
 		ValidateBlock(PG_GETARG_INT32(2));
 	if (!PG_ARGISNULL(3))
 		ValidateTier(text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	cache = CacheArg(fcinfo, 4);
 
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
 	tier = PG_ARGISNULL(3) ? row.tier : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	if (cache == NULL)
+		cache = row.cache;
 	ChooseLayout(fcinfo, 1, 2, tier, &row, &shards, &block);
-	if (shards != row.shards || block != row.block || strcmp(tier, row.tier) != 0)
-		NewGeneration(name, &row, shards, block, tier, PG_INT64_MIN);
+
+	/*
+	 * A change of cache starts a new generation too: a session that drew
+	 * per session may hold values above the node's block, and one that drew
+	 * from the node values above its own shard's, so within one generation a
+	 * switch could hand a session a value below its last (S2).
+	 */
+	if (shards != row.shards || block != row.block || strcmp(tier, row.tier) != 0 ||
+		(cache && row.cache && strcmp(cache, row.cache) != 0))
+		NewGeneration(name, &row, shards, block, tier, cache, PG_INT64_MIN);
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
@@ -485,7 +739,7 @@ advance_sequence(PG_FUNCTION_ARGS)
 	BeginAdmin(&ctx);
 	FetchOwnedSeq(&ctx, name, &row);
 	/* above past in this node's local positions (past + 1 on node 0) */
-	NewGeneration(name, &row, row.shards, row.block, row.tier,
+	NewGeneration(name, &row, row.shards, row.block, row.tier, row.cache,
 				  SequenceNodeLocal(past, true, name, "past"));
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
@@ -509,6 +763,8 @@ drop_sequence(PG_FUNCTION_ARGS)
 	PreparePlan(&plan, "DELETE FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1", 1, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not drop sharded sequence \"%s\"", name);
+	/* its node cache entry goes now (if this rolls back, the next draw makes one) */
+	NodeCacheForget(ConfigRelid("sequence_config"), row.id);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
 	EndAsOwner(&ctx);
@@ -557,17 +813,16 @@ revoke_sequence(PG_FUNCTION_ARGS)
 }
 
 /*
- * May the caller see this sequence's positions?  The sequences view lists
- * every sequence, but its generation_start only to them (false for an
- * unknown id).
+ * May the caller see this sequence's positions (false for an unknown id)?
+ * The sequences view lists every sequence, but its generation_start and its
+ * node cache counts only to them.
  */
-PG_FUNCTION_INFO_V1(sequence_readable);
-Datum
-sequence_readable(PG_FUNCTION_ARGS)
+bool
+SequenceIdReadable(int32 id)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(PG_GETARG_INT32(0))};
+	Datum		args[1] = {Int32GetDatum(id)};
 	OwnerContext ctx;
 	bool		readable = false;
 
@@ -586,7 +841,14 @@ sequence_readable(PG_FUNCTION_ARGS)
 		readable = SequenceReadable(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller);
 	}
 	EndAsOwner(&ctx);
-	PG_RETURN_BOOL(readable);
+	return readable;
+}
+
+PG_FUNCTION_INFO_V1(sequence_readable);
+Datum
+sequence_readable(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(SequenceIdReadable(PG_GETARG_INT32(0)));
 }
 
 /*

@@ -3,8 +3,10 @@
  *	  The sequence engine: sharded_nextval and sharded_currval.
  *
  * Each backend keeps, per sequence, the configuration it last loaded and the
- * block of values it reserved.  A block is reserved by advancing this
- * session's shard, a native sequence, with nextval_internal(): that is
+ * block of values it reserved.  When preloaded, a database-tier sequence
+ * with cache 'node' draws from the node-wide cache instead (node_cache.c):
+ * one block shared by every session of the server.  A block is reserved by
+ * advancing a shard, a native sequence, with nextval_internal(): that is
  * WAL-logged and never rolled back.  The WAL that covers the reservation is
  * flushed before any value of the block is returned, so no crash can hand a
  * value out twice; with synchronous standbys, they confirm it first as well
@@ -14,6 +16,15 @@
  * value handed out is n * 2^53 + local; the session's node is fixed, so
  * local order is value order, and currval and the floor below which a lease
  * must not take a session (S2) stay local.
+ *
+ * A session draws each generation in one way, per session or from the node,
+ * except that it moves from the node to blocks of its own when it must (the
+ * node cache is full, or would not confirm a block with the standbys).
+ * Every block of a node-cached sequence, the node's or a session's, is
+ * reserved under one lock from the shard whose next block comes first, so
+ * each lies above every block reserved before it: a session that moves from
+ * the node to blocks of its own stays above what the node handed it (S2).
+ * A change of cache starts a new generation.
  *
  * A memcached-tier sequence has one shard, so the blocks it carves increase
  * in the order they are carved.  Each block is a lease that memcached hands
@@ -26,7 +37,12 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relation.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
@@ -40,7 +56,9 @@
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -64,6 +82,7 @@ typedef struct SeqEntry
 	int32		shard;			/* this session's shard */
 	Oid			shard_relid;
 	bool		memcached;		/* tier 'memcached' */
+	bool		cache_node;		/* cache 'node' */
 	bool		gen_uncommitted;	/* generation made by this transaction */
 	Oid			owner;
 	Acl		   *acl;			/* in CacheEntryContext, or NULL */
@@ -84,6 +103,11 @@ typedef struct SeqEntry
 	/* memcached tier: the lease this session last drew from */
 	bool		lease_valid;
 	int64		lease_start;
+
+	/* the node cache */
+	bool		node_attached;
+	NodeRef		node;
+	int32		session_gen;	/* drew blocks of its own in this generation */
 } SeqEntry;
 
 /*
@@ -157,94 +181,112 @@ static ObjectCache SeqCache = {
 };
 static uint32 SessionSalt = 0;
 
-/* Load name's configuration with the latest snapshot; false if it is gone. */
+/*
+ * Load name's configuration with the latest snapshot; false if it is gone.
+ * The rows are read straight from the tables through their indexes (no SQL
+ * is planned), which keeps a new connection's first call cheap; the
+ * extension's own code reads its own tables, so no privilege applies.
+ */
 static bool
 LoadSequenceConfig(SeqEntry *entry)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1];
-	OwnerContext ctx;
+	ConfigPlaces *places;
 	bool		found = false;
 	uint64		epoch;
 	Snapshot	snapshot;
-	Oid			config_relid;
+	Relation	config;
+	Relation	shards_rel;
+	SysScanDesc scan;
+	ScanKeyData key[2];
+	HeapTuple	tup;
 
-	args[0] = CStringGetTextDatum(entry->cache.name);
-	BeginAsOwner(&ctx);
-	PreparePlan(&plan,
-				"SELECT c.id, c.generation, c.base, c.shards, c.block, c.owner::pg_catalog.oid, c.acl, c.tier,"
-				"       (SELECT pg_catalog.array_agg(s.relid::pg_catalog.oid ORDER BY s.shard)"
-				"          FROM sharded_seq.sequence_shards s"
-				"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
-				"           AND s.generation OPERATOR(pg_catalog.=) c.generation),"
-				"       (SELECT s.xmin FROM sharded_seq.sequence_shards s"
-				"         WHERE s.seq_id OPERATOR(pg_catalog.=) c.id"
-				"           AND s.generation OPERATOR(pg_catalog.=) c.generation LIMIT 1)"
-				"  FROM sharded_seq.sequence_config c WHERE c.name OPERATOR(pg_catalog.=) $1",
-				1, argtypes);
-	config_relid = ConfigRelid("sequence_config");
+	/* the extension is used here (BeginAsOwner notes it elsewhere) */
+	RegistryNoteUse();
 
 	/*
 	 * The epoch is read before the snapshot is taken.  A change that commits
 	 * after that point is not in the snapshot, but its invalidation moves the
 	 * epoch on, so this load is never taken for current.
 	 */
+	config = table_open(ConfigRelid("sequence_config"), AccessShareLock);
+	shards_rel = table_open(ConfigRelid("sequence_shards"), AccessShareLock);
+	places = SequenceConfigPlaces(config, shards_rel);
 	AcceptInvalidationMessages();
 	epoch = ConfigEpoch;
-	snapshot = GetLatestSnapshot();
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	/* a change may commit here, after the snapshot (specs/config_race) */
 	WAIT_POINT("sequence-config-read");
-	if (SPI_execute_snapshot(plan, args, NULL, snapshot,
-							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read sharded_seq.sequence_config");
 
-	if (SPI_processed == 1)
+	ScanKeyEntryInitialize(&key[0], 0, places->c_name, BTEqualStrategyNumber, InvalidOid,
+						   TupleDescAttr(RelationGetDescr(config), places->c_name - 1)->attcollation,
+						   F_TEXTEQ, CStringGetTextDatum(entry->cache.name));
+	scan = systable_beginscan(config, places->by_name, OidIsValid(places->by_name),
+							  snapshot, 1, key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		TupleDesc	desc = RelationGetDescr(config);
 		bool		isnull;
-		int32		id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		int32		id = DatumGetInt32(heap_getattr(tup, places->c_id, desc, &isnull));
 		Datum		acl;
-		Datum		relids_datum;
-		ArrayType  *relids;
-		Datum	   *relid_values;
-		int			nrelids;
-		Datum		shards_xmin;
+		Oid		   *relids;
+		int			nrelids = 0;
+		TransactionId shards_xmin = InvalidTransactionId;
+		SysScanDesc shard_scan;
+		HeapTuple	shard_tup;
 
-		relids_datum = SPI_getbinval(tup, desc, 9, &isnull);
-		if (isnull)
+		if (id != entry->id || places->config != entry->config_relid)
+		{
+			/* another object under this name: forget this session's past */
+			entry->have_block = false;
+			entry->last_valid = false;
+			entry->lease_valid = false;
+			entry->node_attached = false;
+			entry->session_gen = 0;
+			entry->config_relid = places->config;
+			entry->id = id;
+			RestoreLast(entry);
+		}
+		entry->generation = DatumGetInt32(heap_getattr(tup, places->c_generation, desc, &isnull));
+		entry->base = DatumGetInt64(heap_getattr(tup, places->c_base, desc, &isnull));
+		entry->shards = DatumGetInt32(heap_getattr(tup, places->c_shards, desc, &isnull));
+		entry->block = DatumGetInt32(heap_getattr(tup, places->c_block, desc, &isnull));
+		entry->owner = DatumGetObjectId(heap_getattr(tup, places->c_owner, desc, &isnull));
+		if (entry->acl)
+			pfree(entry->acl);
+		acl = heap_getattr(tup, places->c_acl, desc, &isnull);
+		entry->acl = CopyAcl(acl, isnull, CacheEntryContext());
+		entry->memcached = TextColumnIs(tup, places->c_tier, desc, "memcached");
+		/* schema 1.4 has no cache column: every sequence draws per session */
+		entry->cache_node = places->c_cache != InvalidAttrNumber &&
+			TextColumnIs(tup, places->c_cache, desc, "node");
+
+		/* the generation's shards, in shard order */
+		relids = palloc(sizeof(Oid) * Max(entry->shards, 1));
+		ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(id));
+		ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ,
+					Int32GetDatum(entry->generation));
+		shard_scan = systable_beginscan(shards_rel, places->by_generation,
+										OidIsValid(places->by_generation), snapshot, 2, key);
+		while (HeapTupleIsValid(shard_tup = systable_getnext(shard_scan)))
+		{
+			TupleDesc	sdesc = RelationGetDescr(shards_rel);
+			int32		shard = DatumGetInt32(heap_getattr(shard_tup, places->s_shard, sdesc, &isnull));
+
+			if (nrelids == 0)
+				shards_xmin = HeapTupleHeaderGetRawXmin(shard_tup->t_data);
+			if (shard >= 0 && shard < entry->shards)
+				relids[shard] = DatumGetObjectId(heap_getattr(shard_tup, places->s_relid, sdesc, &isnull));
+			nrelids++;
+		}
+		systable_endscan(shard_scan);
+		if (nrelids == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
 					 errmsg("sharded sequence \"%s\" has no shards", entry->cache.name),
 					 errdetail("Its rows in sharded_seq.sequence_shards are missing."),
 					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
 							 entry->cache.name)));
-		relids = DatumGetArrayTypeP(relids_datum);
-		deconstruct_array(relids, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
-						  &relid_values, NULL, &nrelids);
-		shards_xmin = SPI_getbinval(tup, desc, 10, &isnull);
-
-		if (id != entry->id || config_relid != entry->config_relid)
-		{
-			/* another object under this name: forget this session's past */
-			entry->have_block = false;
-			entry->last_valid = false;
-			entry->lease_valid = false;
-			entry->config_relid = config_relid;
-			entry->id = id;
-			RestoreLast(entry);
-		}
-		entry->generation = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		entry->base = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-		entry->shards = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
-		entry->block = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-		entry->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 6, &isnull));
-		if (entry->acl)
-			pfree(entry->acl);
-		acl = SPI_getbinval(tup, desc, 7, &isnull);
-		entry->acl = CopyAcl(acl, isnull, CacheEntryContext());
-		entry->memcached = strcmp(TextDatumGetCString(SPI_getbinval(tup, desc, 8, &isnull)), "memcached") == 0;
 		if (nrelids != entry->shards)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -252,16 +294,19 @@ LoadSequenceConfig(SeqEntry *entry)
 							entry->cache.name, nrelids, entry->shards),
 					 errhint("Drop it with sharded_seq.drop_sequence('%s') and create it again above the highest value in use (start => ...).",
 							 entry->cache.name)));
-		entry->gen_uncommitted =
-			TransactionIdIsCurrentTransactionId(DatumGetTransactionId(shards_xmin));
+		entry->gen_uncommitted = TransactionIdIsCurrentTransactionId(shards_xmin);
 		entry->shard = (int32) ((SessionSalt + (uint32) id) % (uint32) entry->shards);
-		entry->shard_relid = DatumGetObjectId(relid_values[entry->shard]);
+		entry->shard_relid = relids[entry->shard];
+		pfree(relids);
 		if (entry->generation != entry->block_generation)
 			entry->lease_valid = false;
 		entry->checked_user = InvalidOid;
 		found = true;
 	}
-	EndAsOwner(&ctx);
+	systable_endscan(scan);
+	table_close(shards_rel, AccessShareLock);
+	table_close(config, AccessShareLock);
+	UnregisterSnapshot(snapshot);
 	/* a name that is gone is looked up again at every call */
 	entry->loaded_epoch = found ? epoch : 0;
 	return found;
@@ -295,26 +340,6 @@ LookupSequence(FunctionCallInfo fcinfo)
 		entry->checked_epoch = PrivilegeEpoch;
 	}
 	return entry;
-}
-
-/*
- * Make the WAL record that covers the shard's last reservation durable, and
- * return its LSN.  nextval_internal() logs ahead and stamps the page with
- * that record's LSN.
- */
-static XLogRecPtr
-FlushShardReservation(Oid relid)
-{
-	Relation	rel = relation_open(relid, NoLock);
-	Buffer		buf = ReadBuffer(rel, 0);
-	XLogRecPtr	lsn;
-
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	lsn = PageGetLSN(BufferGetPage(buf));
-	UnlockReleaseBuffer(buf);
-	relation_close(rel, NoLock);
-	XLogFlush(lsn);
-	return lsn;
 }
 
 /*
@@ -405,39 +430,77 @@ ProtectOlderGenerations(SeqEntry *entry, int64 last)
 }
 
 /*
+ * Are this sequence's blocks reserved in the node cache's order (see the
+ * top of this file)?  A generation this transaction made is drawn by this
+ * session alone, from its own shard, until it commits.
+ */
+static bool
+InNodeOrder(SeqEntry *entry)
+{
+	return entry->cache_node && !entry->memcached && !entry->gen_uncommitted &&
+		NodeCacheEnabled();
+}
+
+/*
  * Reserve the next block of this session's shard, durably (on the
  * synchronous standbys too, when they are in force), and return its first
- * and last values.
+ * and last values.  A node-cached sequence's blocks are all reserved under
+ * its reservation lock, from the shard whose next block comes first (see
+ * the top of this file).
  */
 static void
 CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 {
 	Oid			config_relid = ConfigRelid("sequence_config");
 	int32		locked_id;
-	int64		k;
+	volatile int64 k = 0;
 	bool		overflow;
 	XLogRecPtr	lsn;
+	volatile int32 shard = entry->shard;
+	volatile Oid shard_relid = entry->shard_relid;
+	int32		ordered_id = entry->id;
+	bool		ordered = InNodeOrder(entry);
 
-	/*
-	 * Hold the sequence's draw lock while reserving: a layout change takes it
-	 * exclusively from reading the shards' high-water marks until it commits.
-	 * Taking the lock also reads pending invalidations, so if our layout is
-	 * still current now, no change can slip in before we reserve.
-	 */
-	for (;;)
+	if (ordered)
+		NodeCacheLockReservations(ordered_id);
+	PG_TRY();
 	{
-		locked_id = entry->id;
-		LockDatabaseObject(config_relid, locked_id, 0, ShareLock);
-		if (entry->loaded_epoch == ConfigEpoch)
-			break;
-		UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
-		if (!LoadSequenceConfig(entry))
-			ReportNotFound(KIND_SEQUENCE, entry->cache.name);
-	}
-	k = nextval_internal(entry->shard_relid, false);
-	UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+		/*
+		 * Hold the sequence's draw lock while reserving: a layout change takes
+		 * it exclusively from reading the shards' high-water marks until it
+		 * commits.  Taking the lock also reads pending invalidations, so if our
+		 * layout is still current now, no change can slip in before we reserve.
+		 */
+		for (;;)
+		{
+			locked_id = entry->id;
+			LockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+			if (entry->loaded_epoch == ConfigEpoch)
+				break;
+			UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+			if (!LoadSequenceConfig(entry))
+				ReportNotFound(KIND_SEQUENCE, entry->cache.name);
+		}
+		shard = entry->shard;
+		shard_relid = entry->shard_relid;
+		if (ordered && InNodeOrder(entry) && entry->id == ordered_id)
+		{
+			int32		lowest;
 
-	*first = BlockStart(entry->base, k, entry->shards, entry->shard, entry->block, &overflow);
+			shard_relid = LowestNextShard(entry->id, entry->generation, entry->shards, &lowest);
+			shard = lowest;
+		}
+		k = nextval_internal(shard_relid, false);
+		UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
+	}
+	PG_FINALLY();
+	{
+		if (ordered)
+			NodeCacheUnlockReservations(ordered_id);
+	}
+	PG_END_TRY();
+
+	*first = BlockStart(entry->base, k, entry->shards, shard, entry->block, &overflow);
 	if (overflow)
 		ereport(ERROR,
 				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
@@ -454,7 +517,7 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 		XLogFlush(lsn);
 	}
 	else
-		lsn = FlushShardReservation(entry->shard_relid);
+		lsn = FlushShardReservation(shard_relid);
 
 	/*
 	 * A promoted standby must know the block too.  An error here leaves the
@@ -481,7 +544,10 @@ BlockCurrent(SeqEntry *entry)
 		entry->block_base == entry->base;
 }
 
-/* Database tier, and the memcached tier's fallback: a block of our own. */
+/*
+ * Database tier, and the memcached tier's fallback: a block of our own.  The
+ * session keeps to blocks of its own for the rest of the generation.
+ */
 static void
 DrawBlock(SeqEntry *entry)
 {
@@ -490,6 +556,52 @@ DrawBlock(SeqEntry *entry)
 
 	CarveBlock(entry, &first, &last);
 	UseRange(entry, first, last);
+	entry->session_gen = entry->generation;
+}
+
+/* Does this session draw this sequence from the node cache? */
+static bool
+UsesNodeCache(SeqEntry *entry)
+{
+	return InNodeOrder(entry) && entry->session_gen != entry->generation;
+}
+
+/*
+ * Draw from the node cache into *local.  False when this session must draw
+ * per session instead (the cache is full, cannot confirm a block with the
+ * standbys, or the value would not be above this session's last).
+ */
+static bool
+DrawFromNode(SeqEntry *entry, int64 *local)
+{
+	for (int attempt = 0; attempt < 3; attempt++)
+	{
+		int32		value_gen;
+		NodeDrawResult r;
+
+		if (!entry->node_attached)
+		{
+			if (!NodeCacheAttach(entry->config_relid, entry->id, &entry->node))
+			{
+				StatsCount(KIND_SEQUENCE, entry->id, STAT_NODE_FULL, 1);
+				return false;
+			}
+			entry->node_attached = true;
+		}
+		r = NodeCacheDraw(&entry->node, entry->generation, local, &value_gen);
+		if (r == NODE_STALE)
+		{
+			entry->node_attached = false;
+			continue;
+		}
+		if (r != NODE_GOT)
+			return false;
+		/* never below our last (S2): a block of our own lies above it */
+		if (entry->last_valid && *local <= entry->last)
+			return false;
+		return true;
+	}
+	return false;
 }
 
 static char *
@@ -684,6 +796,8 @@ sharded_nextval(PG_FUNCTION_ARGS)
 	if (!BlockCurrent(entry))
 	{
 		entry->have_block = false;
+		if (UsesNodeCache(entry) && DrawFromNode(entry, &local))
+			goto hand_out;
 		/* a generation this transaction made is never published in memcached */
 		if (!entry->memcached || entry->gen_uncommitted)
 			DrawBlock(entry);
@@ -696,6 +810,15 @@ sharded_nextval(PG_FUNCTION_ARGS)
 		}
 	}
 
+	/* never at or below what this session handed out (S2) */
+	while (entry->last_valid && entry->next <= entry->last)
+	{
+		if (entry->block_end > entry->last)
+			entry->next = entry->last + 1;
+		else
+			DrawBlock(entry);
+	}
+
 	/* the node's value first: one outside its range is refused, not used up */
 	local = entry->next;
 	value = node == 0 ? local : SequenceNodeValue(local, entry->cache.name);
@@ -703,7 +826,13 @@ sharded_nextval(PG_FUNCTION_ARGS)
 		entry->have_block = false;
 	else
 		entry->next++;
+	goto done;
 
+hand_out:
+	/* a node cache value: one outside the node's range is refused, and a gap */
+	value = node == 0 ? local : SequenceNodeValue(local, entry->cache.name);
+
+done:
 	entry->last = local;
 	entry->last_valid = true;
 	PG_RETURN_INT64(value);

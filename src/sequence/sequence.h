@@ -13,8 +13,17 @@
 extern int	DefaultSequenceShards;
 extern int	DefaultBlock;
 extern int	DefaultLeaseSize;
+extern int	NodeCacheSequences;
+#ifdef SHARDED_SEQ_WAIT_POINTS
+extern int	NodeCacheFirstBlock;
+#endif
 
 /* admin.c: drop the native sequences of retired generations (maintain()) */
 extern int	ReapShards(void);
+
+/* node_cache.c: the node-wide cache's shared memory, and the worker's prefetch */
+extern Size NodeCacheShmemSize(void);
+extern void NodeCacheShmemInit(void);
+extern void NodeCachePrefetch(void);
 
 #endif							/* SHARDED_SEQ_SEQUENCE_H */

@@ -7,10 +7,71 @@
 
 #include "sequence/sequence.h"
 
-/* admin.c: where blocks of a generation start */
+/* admin.c: where blocks of a generation start, and making a block durable */
 extern int64 GenerationHighWater(int32 seq_id, int32 generation, int64 base,
 								 int32 shards, int32 block);
 extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
 						int32 block, bool *overflow);
+extern XLogRecPtr FlushShardReservation(Oid relid);
+extern Oid	LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard);
+extern bool SequenceIdReadable(int32 seq_id);
+
+/*
+ * admin.c: where the configuration lives, for reading it straight from the
+ * tables (engine.c, node_cache.c): no SQL is planned on the draw path.
+ */
+typedef struct ConfigPlaces
+{
+	uint64		epoch;
+	Oid			config;			/* sequence_config */
+	Oid			by_name;		/* its unique index on name, or InvalidOid */
+	Oid			by_id;			/* its primary key (id), or InvalidOid */
+	AttrNumber	c_id,
+				c_name,
+				c_generation,
+				c_base,
+				c_shards,
+				c_block,
+				c_owner,
+				c_acl,
+				c_tier,
+				c_cache;		/* InvalidAttrNumber before schema 1.5 */
+	Oid			shards;			/* sequence_shards */
+	Oid			by_generation;	/* its primary key (seq_id, generation, shard) */
+	AttrNumber	s_seq_id,
+				s_generation,
+				s_shard,
+				s_relid;
+} ConfigPlaces;
+
+extern ConfigPlaces *SequenceConfigPlaces(Relation config, Relation shards);
+extern bool TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value);
+
+/* node_cache.c: the node-wide cache (engine.c draws through it) */
+typedef struct NodeEntry NodeEntry;
+
+typedef struct NodeRef
+{
+	NodeEntry  *entry;
+	uint64		incarnation;	/* the entry's when attached: valid while equal */
+	uint64		next_mark;		/* 1 + the block whose low-water mark this
+								 * session crosses next if it alone draws; 0:
+								 * it crossed none */
+} NodeRef;
+
+typedef enum NodeDrawResult
+{
+	NODE_GOT,					/* a value */
+	NODE_STALE,					/* the entry went to another sequence: attach again */
+	NODE_FALLBACK				/* draw a block of the session's own */
+} NodeDrawResult;
+
+extern bool NodeCacheEnabled(void);
+extern bool NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref);
+extern NodeDrawResult NodeCacheDraw(NodeRef *ref, int32 generation,
+									int64 *local, int32 *value_gen);
+extern void NodeCacheForget(Oid config_relid, int32 id);
+extern void NodeCacheLockReservations(int32 id);
+extern void NodeCacheUnlockReservations(int32 id);
 
 #endif							/* SHARDED_SEQ_SEQUENCE_INTERNAL_H */

@@ -362,6 +362,40 @@ ForwardRound(void)
 }
 
 /*
+ * Node cache entries of this database asked for their next block: reserve
+ * them (sequence/node_cache.c), each without waiting for any lock.
+ */
+static void
+PrefetchRound(void)
+{
+	MemoryContext caller_cxt = CurrentMemoryContext;
+
+	if (pg_atomic_read_u32(&MyDb->prefetch_news) == 0 ||
+		pg_atomic_exchange_u32(&MyDb->prefetch_news, 0) == 0)
+		return;
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (OidIsValid(get_extension_oid("sharded_seq", true)))
+		{
+			pgstat_report_activity(STATE_RUNNING, "sharded_seq: prefetch");
+			NodeCachePrefetch();
+		}
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		RecordError();
+		MemoryContextSwitchTo(caller_cxt);
+	}
+	PG_END_TRY();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
  * One round: flush, and maintain unless only flushing.  Returns false when
  * the extension is not installed here.  Errors are recorded, not raised:
  * the next round tries again, and an undone flush gave its amounts back.
@@ -576,6 +610,7 @@ sharded_seq_worker_main(Datum arg)
 			/* flush to the rows of the node this server is now */
 			NodeIdForget();
 		}
+		PrefetchRound();
 		if (!Round(false))
 		{
 			/* no extension here: stop until a backend says otherwise */
@@ -595,6 +630,13 @@ sharded_seq_worker_main(Datum arg)
 
 				if (left <= 0)
 					break;
+
+				/* sessions asked for sequence blocks: before anything else */
+				if (pg_atomic_read_u32(&MyDb->prefetch_news) != 0)
+				{
+					PrefetchRound();
+					continue;
+				}
 
 				/*
 				 * 'memcached' amounts arrived: let more gather for the batch
