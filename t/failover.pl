@@ -55,15 +55,7 @@ my $no_sync_ms = timed();
 
 # the standby; synchronous_standby_names is set after the base backup: the
 # promoted standby must not wait for anyone
-$primary->backup('base');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'base', has_streaming => 1);
-$standby->start;
-$primary->safe_psql('postgres',
-	"ALTER SYSTEM SET synchronous_standby_names = '*'; SELECT pg_reload_conf()");
-$primary->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'")
-  or die 'the standby did not become synchronous';
+my $standby = sync_standby($primary);
 my $sync_ms = timed();
 note("RESULT 20000 values in 1000 blocks: $no_sync_ms ms with synchronous_standby_names empty, "
 	  . "$sync_ms ms with a synchronous standby (each with a psql start)");

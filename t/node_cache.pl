@@ -238,15 +238,7 @@ my $primary = ssq_node(
 # ahead, so the stalled sessions ask for far more than that (the test would
 # not bite otherwise: the standby knows the blocks a record reserved ahead)
 $primary->safe_psql('stress', "SELECT sharded_seq.create_sequence('f', shards => 1, block => 20)");
-$primary->backup('base');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'base', has_streaming => 1);
-$standby->start;
-$primary->safe_psql('postgres',
-	"ALTER SYSTEM SET synchronous_standby_names = '*'; SELECT pg_reload_conf()");
-$primary->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'")
-  or die 'the standby did not become synchronous';
+my $standby = sync_standby($primary);
 
 my @pvals = map { $primary->safe_psql('stress', "SELECT sharded_nextval('f')") } 1 .. 30;
 # blocks the standby confirmed serve every connection: none burns a block

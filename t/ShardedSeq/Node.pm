@@ -20,7 +20,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = (
 	# nodes and databases
-	qw(ssq_node ssq_db install_versions),
+	qw(ssq_node ssq_db install_versions sync_standby),
 	# wait points, and waiting on other things
 	qw(wait_point_hold wait_point_release wait_point_reached wait_point_sql
 	  worker_settled worker_round poll_until),
@@ -211,6 +211,25 @@ sub worker_settled
 # worker_round(NODE, DB): wait until DB's worker has done a whole round (a
 # flush of every counter, after reading its settings) that began after this
 # call: a round ends after the call, and another one after that.
+# sync_standby(PRIMARY): a streaming standby from a fresh base backup of
+# PRIMARY (made with allows_streaming), started, then made its synchronous
+# standby ('*'; set after the backup, so a promoted standby waits for
+# nobody).  Returns the standby once pg_stat_replication says 'sync'.
+sub sync_standby
+{
+	my ($primary) = @_;
+	$primary->backup('base');
+	my $standby = PostgreSQL::Test::Cluster->new('standby');
+	$standby->init_from_backup($primary, 'base', has_streaming => 1);
+	$standby->start;
+	$primary->safe_psql('postgres',
+		"ALTER SYSTEM SET synchronous_standby_names = '*'; SELECT pg_reload_conf()");
+	$primary->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'")
+	  or die 'the standby did not become synchronous';
+	return $standby;
+}
+
 sub worker_round
 {
 	my ($node, $db) = @_;
