@@ -91,11 +91,13 @@ my $result = $sub->safe_psql('app',
 note "cutover:\n$result";
 like($result, qr/^orders_id\|\d+\|\d+\|t\ntickets_id\|\d+\|\d+\|t$/, 'cutover() starts every sequence above the old high water');
 
-# the old primary refuses from now on
+# the old primary refuses from now on (draws, increments, layout changes)
 ($ret, $out, $err) = $pub->psql('app', "SELECT sharded_nextval('orders_id')");
 like($err, qr/stopped by a cutover/, 'the old primary refuses to draw');
 ($ret, $out, $err) = $pub->psql('app', "SELECT counter_incr('orders_exact')");
 like($err, qr/stopped by a cutover/, 'the old primary refuses increments');
+($ret, $out, $err) = $pub->psql('app', "SELECT sharded_seq.alter_sequence('orders_id', block => 60)");
+like($err, qr/stopped by a cutover/, 'the old primary refuses layout changes, which would replicate');
 my ($outs, $errs) = load_finish($load);
 my $refused = grep { /stopped by a cutover/ } @$errs;
 ok($refused > 0, "writers still running were refused ($refused sessions)");
@@ -110,6 +112,8 @@ for my $c (qw(orders_exact orders_buf))
 	is($sub->safe_psql('app', "SELECT counter_value('$c')"), $committed, "$c on the subscriber equals the rows");
 	is($pub->safe_psql('app', "SELECT counter_value('$c')"), $committed, "$c on the old primary equals the rows");
 }
+is($sub->safe_psql('app', "SELECT count(*) FROM sharded_seq.cutover('s', timeout => '1 min')"), 2,
+	'cutover() may be called again');
 $sub->safe_psql('app', 'DROP SUBSCRIPTION s');
 
 # writers on the new primary

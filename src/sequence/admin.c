@@ -572,13 +572,15 @@ NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 }
 
 /*
- * Common prologue: refuse read-only transactions, act as the owner, and reap
- * what earlier transactions retired.
+ * Common prologue: refuse read-only transactions and servers stopped by a
+ * cutover, act as the owner, and reap what earlier transactions retired.
  */
 static void
 BeginAdmin(OwnerContext *ctx)
 {
 	PreventCommandIfReadOnly("sharded_seq administration");
+	/* an old primary: a change would replicate onto the new one's generations */
+	CutoverStopCheck();
 	BeginAsOwner(ctx);
 	ReapShards();
 }
