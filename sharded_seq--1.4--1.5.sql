@@ -133,7 +133,7 @@ CREATE FUNCTION sharded_seq.cutover(
     OUT old_high_water bigint,
     OUT new_start bigint)
 RETURNS SETOF record
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE C VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'cutover';
 COMMENT ON FUNCTION sharded_seq.cutover(name, interval) IS 'on a subscriber about to become the primary: stop the publisher, wait until what it committed has arrived, and start every sequence above what the publisher reserved';
 

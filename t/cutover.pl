@@ -85,6 +85,12 @@ for my $seq (qw(orders_id tickets_id))
 my ($ret, $out, $err) = $sub->psql('app', 'INSERT INTO orders (w) VALUES (-1)');
 like($err, qr/arrived by logical replication/, 'an insert with the DEFAULT on the subscriber is refused, not a duplicate key');
 
+# bad input
+($ret, $out, $err) = $sub->psql('app', "\\set VERBOSITY verbose\nSELECT * FROM sharded_seq.cutover(NULL)");
+like($err, qr/ERROR:  22004: subscription must not be null/, 'cutover(NULL): 22004');
+($ret, $out, $err) = $sub->psql('app', "\\set VERBOSITY verbose\nSELECT * FROM sharded_seq.cutover('nosuch')");
+like($err, qr/ERROR:  42704: subscription "nosuch" does not exist.*\n.*HINT:  .*before DROP SUBSCRIPTION/s, 'an unknown subscription: 42704 with a hint');
+
 # the call, while the writers run
 my $result = $sub->safe_psql('app',
 	"SELECT sequence_name, old_high_water, new_start, new_start > old_high_water FROM sharded_seq.cutover('s')");

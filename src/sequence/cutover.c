@@ -220,8 +220,8 @@ PG_FUNCTION_INFO_V1(cutover);
 Datum
 cutover(PG_FUNCTION_ARGS)
 {
-	char	   *subname = NameStr(*PG_GETARG_NAME(0));
-	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+	char	   *subname;
+	Interval   *timeout;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			subid;
 	Subscription *sub;
@@ -237,6 +237,13 @@ cutover(PG_FUNCTION_ARGS)
 	TimestampTz start;
 	OwnerContext ctx;
 
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", PG_ARGISNULL(0) ? "subscription" : "timeout"),
+				 errhint("Pass the subscription to the old primary, e.g. sharded_seq.cutover('my_subscription'); leave timeout out for 5 minutes.")));
+	subname = NameStr(*PG_GETARG_NAME(0));
+	timeout = PG_GETARG_INTERVAL_P(1);
 	PreventCommandIfReadOnly("sharded_seq.cutover()");
 	if (!CutoverStopsStored())
 		ereport(ERROR,
