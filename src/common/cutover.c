@@ -135,9 +135,9 @@ CutoverCheckPrivilege(const char *function)
 }
 
 /*
- * Wait until every transaction in progress now, in any database, has ended:
- * one that began before the stop may still commit increments.  Skips this
- * backend, and vacuum.
+ * Wait until every transaction in progress now in this database has ended
+ * (as CREATE INDEX CONCURRENTLY waits): one that began before the stop may
+ * still commit increments.  Skips this backend, and vacuum.
  */
 void
 WaitForTransactionsInFlight(void)
@@ -145,7 +145,7 @@ WaitForTransactionsInFlight(void)
 	int			n;
 	VirtualTransactionId *vxids;
 
-	vxids = GetCurrentVirtualXIDs(InvalidTransactionId, false, true,
+	vxids = GetCurrentVirtualXIDs(InvalidTransactionId, false, false,
 								  PROC_IS_AUTOVACUUM | PROC_IN_VACUUM, &n);
 	for (int i = 0; i < n; i++)
 	{

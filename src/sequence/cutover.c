@@ -310,6 +310,13 @@ cutover(PG_FUNCTION_ARGS)
 					 errdetail("A cutover needs sharded_seq.cutover_source() on the old primary too."),
 					 errhint("Run ALTER EXTENSION sharded_seq UPDATE on the publisher, then call sharded_seq.cutover() again.")));
 
+		/* the wait for transactions in flight there is bounded too */
+		res = RemoteQuery(conn, subname,
+						  psprintf("SELECT pg_catalog.set_config('statement_timeout', '" INT64_FORMAT "', false)",
+								   timeout_ms),
+						  1, text_type);
+		walrcv_clear_result(res);
+
 		res = RemoteQuery(conn, subname, "SELECT sharded_seq.cutover_stop()", 1, text_type);
 		slot = MakeSingleTupleTableSlot(res->tupledesc, &TTSOpsMinimalTuple);
 		if (tuplestore_gettupleslot(res->tuplestore, true, false, slot))

@@ -518,16 +518,6 @@ EndReserving(void)
 	ReleaseReserving(0, (Datum) 0);
 }
 
-/*
- * Reserve the next block of the node: the shard of the generation in force
- * whose next block comes first, as CarveBlock does for a session.  Under the draw lock (conditionally when
- * conditional), with the configuration read with the latest snapshot: a
- * layout change holds the draw lock until it commits, so what is read is the
- * generation in force.  Returns false, reserving nothing, when the lock is
- * busy (conditional) or the sequence is gone or no longer cached per node.
- * The block's WAL is flushed, and confirmed by the synchronous standbys when
- * in force, before it returns.
- */
 /* Has the row's configuration arrived by replication (cutover())? */
 static bool
 PositionsUnknown(HeapTuple tup, ConfigPlaces *places, TupleDesc desc)
@@ -541,6 +531,16 @@ PositionsUnknown(HeapTuple tup, ConfigPlaces *places, TupleDesc desc)
 	return !isnull && DatumGetBool(d);
 }
 
+/*
+ * Reserve the next block of the node: the shard of the generation in force
+ * whose next block comes first, as CarveBlock does for a session.  Under the draw lock (conditionally when
+ * conditional), with the configuration read with the latest snapshot: a
+ * layout change holds the draw lock until it commits, so what is read is the
+ * generation in force.  Returns false, reserving nothing, when the lock is
+ * busy (conditional) or the sequence is gone or no longer cached per node.
+ * The block's WAL is flushed, and confirmed by the synchronous standbys when
+ * in force, before it returns.
+ */
 static bool
 CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 {
