@@ -120,6 +120,27 @@ for my $c (qw(orders_exact orders_buf))
 }
 is($sub->safe_psql('app', "SELECT count(*) FROM sharded_seq.cutover('s', timeout => '1 min')"), 2,
 	'cutover() may be called again');
+
+# a change the old primary makes after the call reaches a session that
+# cached the configuration (E1): refused, and the local generation is kept,
+# so the next call starts above what this server drew too
+my $bg = $sub->background_psql('app', on_error_stop => 0);
+my ($v1) = bg_query($bg, "SELECT sharded_nextval('orders_id')");
+like($v1, qr/^\d+$/, 'after the call the subscriber draws');
+my $gen = $sub->safe_psql('app', "SELECT generation FROM sharded_seq.sequence_config WHERE name = 'orders_id'");
+$pub->safe_psql('app',
+	"SELECT sharded_seq.cutover_resume(); UPDATE sharded_seq.sequence_config SET altered_at = now() WHERE name = 'orders_id'");
+$sub->poll_query_until('app', "SELECT positions_unknown FROM sharded_seq.sequence_config WHERE name = 'orders_id'")
+  or die 'the change did not arrive';
+my ($o, $e) = bg_query($bg, "SELECT sharded_nextval('orders_id')");
+like($e, qr/arrived by logical replication/, 'a session that cached the configuration is refused once a change arrives');
+is($sub->safe_psql('app', "SELECT generation FROM sharded_seq.sequence_config WHERE name = 'orders_id'"),
+	$gen, 'the replicated change does not take the subscriber back to the old generation');
+$sub->safe_psql('app', "SELECT count(*) FROM sharded_seq.cutover('s')");
+($o, $e) = bg_query($bg, "SELECT sharded_nextval('orders_id')");
+ok($o =~ /^\d+$/ && $o > $v1, "a third call lets it draw again, above its last value ($v1 < $o)") or diag $e;
+$bg->quit;
+my @extra_ids = ($v1, $o);	# orders_id values drawn by that session
 $sub->safe_psql('app', 'DROP SUBSCRIPTION s');
 
 # writers on the new primary
@@ -141,6 +162,11 @@ for my $col (0, 1)
 			$n++;
 			push @dups, $v if $seen{$v}++;
 		}
+	}
+	for my $v ($col ? () : @extra_ids)
+	{
+		$n++;
+		push @dups, $v if $seen{$v}++;
 	}
 	my $what = $col ? 'tickets_id' : 'orders_id';
 	note "RESULT $what: $n values handed out on both sides";

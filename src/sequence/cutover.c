@@ -46,13 +46,18 @@
  * Fired before every row written to sequence_config (ENABLE ALWAYS).  In
  * logical replication's apply or table synchronization worker only, the row
  * is marked positions_unknown, and this server's sessions are told (they
- * cache configuration until a relcache invalidation says otherwise).
+ * cache configuration until a relcache invalidation says otherwise).  An
+ * update of a row that is not marked (this server took the sequence over:
+ * cutover() ran, or it made the sequence itself) keeps the local row and
+ * only marks it: the local generation lies above everything drawn here, and
+ * the publisher's older one would let a later cutover start below that.
  */
 PG_FUNCTION_INFO_V1(sequence_arrived);
 Datum
 sequence_arrived(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
 	HeapTuple	tup;
 	int			att;
 	Datum		value = BoolGetDatum(true);
@@ -69,8 +74,20 @@ sequence_arrived(PG_FUNCTION_ARGS)
 	att = get_attnum(RelationGetRelid(trigdata->tg_relation), "positions_unknown");
 	if (att == InvalidAttrNumber)
 		return PointerGetDatum(tup);
-	tup = heap_modify_tuple_by_cols(tup, RelationGetDescr(trigdata->tg_relation), 1, &att,
-									&value, &isnull);
+	desc = RelationGetDescr(trigdata->tg_relation);
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		bool		old_null;
+		Datum		old_mark = heap_getattr(trigdata->tg_trigtuple, att, desc, &old_null);
+
+		if (old_null || !DatumGetBool(old_mark))
+		{
+			ereport(LOG,
+					(errmsg("sharded_seq: a replicated change of a sequence this server took over is not applied; the sequence is refused until sharded_seq.cutover() or advance_sequence()")));
+			tup = trigdata->tg_trigtuple;
+		}
+	}
+	tup = heap_modify_tuple_by_cols(tup, desc, 1, &att, &value, &isnull);
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	return PointerGetDatum(tup);
 }
