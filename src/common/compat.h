@@ -78,4 +78,32 @@ DatabaseOwnedBy(Oid dbid, Oid role)
 #endif
 }
 
+/*
+ * Connecting to another server from a backend, as logical replication's
+ * table synchronization does (libpqwalreceiver, loaded first).
+ * walrcv_connect gained must_use_password in 16 (a subscription owned by a
+ * non-superuser must authenticate with a password) and replication in 17
+ * (false: a plain connection); a logical replication connection runs SQL on
+ * every major.
+ */
+#include "catalog/pg_subscription.h"
+#include "miscadmin.h"
+#include "replication/walreceiver.h"
+
+static inline WalReceiverConn *
+ShardedConnectAsSubscription(Subscription *sub, const char *appname, char **err)
+{
+#if PG_VERSION_NUM >= 160000
+	bool		must_use_password = sub->passwordrequired && !superuser_arg(sub->owner);
+#endif
+
+#if PG_VERSION_NUM >= 170000
+	return walrcv_connect(sub->conninfo, true, true, must_use_password, appname, err);
+#elif PG_VERSION_NUM >= 160000
+	return walrcv_connect(sub->conninfo, true, must_use_password, appname, err);
+#else
+	return walrcv_connect(sub->conninfo, true, appname, err);
+#endif
+}
+
 #endif							/* SHARDED_SEQ_COMPAT_H */
