@@ -45,7 +45,7 @@ AS 'MODULE_PATHNAME', 'alter_sequence';
 COMMENT ON FUNCTION sharded_seq.alter_sequence(text, integer, integer, text, text) IS 'change shards, block, tier or cache online; later values start above everything reserved';
 
 ------------------------------------------------------------------------------
--- the sequences view: the cache in force and its counts
+-- the cache in force and its counts, for the sequences view (at the end)
 ------------------------------------------------------------------------------
 
 -- The cache a sequence is drawn with on this server, and the node cache's
@@ -60,32 +60,6 @@ LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT
 AS 'MODULE_PATHNAME', 'sequence_cache';
 COMMENT ON FUNCTION sharded_seq.sequence_cache(integer, text, text) IS 'the cache a sharded sequence is drawn with on this server (node or session), and its node cache counts';
 
--- New columns go last: CREATE OR REPLACE keeps the others, and the users'
--- views that depend on this one.
-CREATE OR REPLACE VIEW sharded_seq.sequences AS
-SELECT c.name,
-       c.shards,
-       c.block,
-       c.tier,
-       c.generation,
-       CASE WHEN sharded_seq.sequence_readable(c.id)
-            THEN sharded_seq.node_value(c.base) END AS generation_start,
-       sharded_seq.node_value(sharded_seq.sequence_high_water(c.id)) AS reserved_high_water,
-       c.owner,
-       c.acl,
-       c.created_at,
-       c.altered_at,
-       sharded_seq.node_id() AS node_id,
-       c.cache,
-       n.cache_in_force,
-       n.node_cache_hits,
-       n.node_cache_reservations,
-       n.node_cache_waits,
-       n.node_cache_full
-  FROM sharded_seq.sequence_config c
- CROSS JOIN LATERAL sharded_seq.sequence_cache(c.id, c.tier, c.cache) n
- ORDER BY c.name;
-COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence; cache_in_force and the node cache counts are this server''s';
 
 ------------------------------------------------------------------------------
 -- cutover across logical replication (issue 22, part 1)
@@ -161,3 +135,34 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'cutover_resume';
 COMMENT ON FUNCTION sharded_seq.cutover_resume() IS 'undo cutover_stop() on this server: it hands out values and takes increments again; true if it was stopped';
 
+------------------------------------------------------------------------------
+-- the sequences view, last: it shows the columns the blocks above add
+------------------------------------------------------------------------------
+
+-- New columns go last: CREATE OR REPLACE keeps the others, and the users'
+-- views that depend on this one.
+CREATE OR REPLACE VIEW sharded_seq.sequences AS
+SELECT c.name,
+       c.shards,
+       c.block,
+       c.tier,
+       c.generation,
+       CASE WHEN sharded_seq.sequence_readable(c.id)
+            THEN sharded_seq.node_value(c.base) END AS generation_start,
+       sharded_seq.node_value(sharded_seq.sequence_high_water(c.id)) AS reserved_high_water,
+       c.owner,
+       c.acl,
+       c.created_at,
+       c.altered_at,
+       sharded_seq.node_id() AS node_id,
+       c.cache,
+       n.cache_in_force,
+       n.node_cache_hits,
+       n.node_cache_reservations,
+       n.node_cache_waits,
+       n.node_cache_full,
+       c.positions_unknown
+  FROM sharded_seq.sequence_config c
+ CROSS JOIN LATERAL sharded_seq.sequence_cache(c.id, c.tier, c.cache) n
+ ORDER BY c.name;
+COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence; cache_in_force and the node cache counts are this server''s; positions_unknown: refused until sharded_seq.cutover() or advance_sequence()';

@@ -84,6 +84,8 @@ for my $seq (qw(orders_id tickets_id))
 }
 my ($ret, $out, $err) = $sub->psql('app', 'INSERT INTO orders (w) VALUES (-1)');
 like($err, qr/arrived by logical replication/, 'an insert with the DEFAULT on the subscriber is refused, not a duplicate key');
+is($sub->safe_psql('app', "SELECT string_agg(name || '=' || positions_unknown, ',' ORDER BY name) FROM sharded_seq.sequences"),
+	'orders_id=true,tickets_id=true', 'the sequences view shows both as positions_unknown');
 
 # bad input
 ($ret, $out, $err) = $sub->psql('app', "\\set VERBOSITY verbose\nSELECT * FROM sharded_seq.cutover(NULL)");
@@ -96,6 +98,8 @@ my $result = $sub->safe_psql('app',
 	"SELECT sequence_name, old_high_water, new_start, new_start > old_high_water FROM sharded_seq.cutover('s')");
 note "cutover:\n$result";
 like($result, qr/^orders_id\|\d+\|\d+\|t\ntickets_id\|\d+\|\d+\|t$/, 'cutover() starts every sequence above the old high water');
+is($sub->safe_psql('app', "SELECT count(*) FROM sharded_seq.sequences WHERE positions_unknown"), '0',
+	'... and clears positions_unknown');
 
 # the old primary refuses from now on (draws, increments, layout changes)
 ($ret, $out, $err) = $pub->psql('app', "SELECT sharded_nextval('orders_id')");
