@@ -136,6 +136,48 @@ AS 'MODULE_PATHNAME', 'cutover_resume';
 COMMENT ON FUNCTION sharded_seq.cutover_resume() IS 'undo cutover_stop() on this server: it hands out values and takes increments again; true if it was stopped';
 
 ------------------------------------------------------------------------------
+-- adopting a column, and giving it back (issue 22, part 2)
+------------------------------------------------------------------------------
+
+-- What each column adopt_column switched was before (none, serial, identity
+-- always, identity by default), so that release_column makes it that again.
+-- Written only by those functions, as the extension's owner; dumped.
+CREATE TABLE sharded_seq.adopted_columns (
+    table_name    pg_catalog.regclass NOT NULL,
+    column_name   name NOT NULL,
+    sequence_name text NOT NULL,
+    previous      text NOT NULL
+                  CHECK (previous OPERATOR(pg_catalog.=) ANY (ARRAY['none', 'serial', 'identity always', 'identity by default'])),
+    adopted_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (table_name, column_name)
+);
+SELECT pg_catalog.pg_extension_config_dump('sharded_seq.adopted_columns', '');
+REVOKE ALL ON sharded_seq.adopted_columns FROM PUBLIC;
+GRANT SELECT ON sharded_seq.adopted_columns TO PUBLIC;
+
+-- The caller must own the table; the DDL runs with the caller's rights.
+CREATE FUNCTION sharded_seq.adopt_column(
+    tbl pg_catalog.regclass,
+    col name,
+    sequence text DEFAULT NULL,
+    shards integer DEFAULT NULL,
+    block integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'adopt_column';
+COMMENT ON FUNCTION sharded_seq.adopt_column(pg_catalog.regclass, name, text, integer, integer) IS 'switch a serial, identity or plain integer/bigint column to DEFAULT sharded_nextval(sequence) in this transaction, above the column''s values and its old sequence, safe next to concurrent inserts (they wait for the table''s lock); returns the first value';
+
+CREATE FUNCTION sharded_seq.release_column(
+    tbl pg_catalog.regclass,
+    col name)
+RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'release_column';
+COMMENT ON FUNCTION sharded_seq.release_column(pg_catalog.regclass, name) IS 'give a column adopt_column switched back to a native sequence (or its identity), above everything its sharded sequence reserved, and drop that sequence; returns the next value';
+
+------------------------------------------------------------------------------
 -- the sequences view, last: it shows the columns the blocks above add
 ------------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ ShardedHeapUpdate(Relation rel, ItemPointer otid, HeapTuple newtup,
 #endif
 
 /* Ownership checks were renamed in 16. */
+#include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
 #include "utils/acl.h"
 
@@ -103,6 +104,16 @@ ShardedConnectAsSubscription(Subscription *sub, const char *appname, char **err)
 	return walrcv_connect(sub->conninfo, true, must_use_password, appname, err);
 #else
 	return walrcv_connect(sub->conninfo, true, appname, err);
+#endif
+}
+
+static inline bool
+RelationOwnedBy(Oid relid, Oid role)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(RelationRelationId, relid, role);
+#else
+	return pg_class_ownercheck(relid, role);
 #endif
 }
 

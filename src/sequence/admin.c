@@ -795,21 +795,26 @@ advance_sequence(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-PG_FUNCTION_INFO_V1(drop_sequence);
-Datum
-drop_sequence(PG_FUNCTION_ARGS)
+/*
+ * Drop a sequence the caller owns (as the owner, ctx) once reservations
+ * are locked out; the highest local position it ever reserved: every older
+ * generation lies below the current one's base, and every block handed to
+ * a session or to the node cache lies at or below the current one's high
+ * water.
+ */
+static int64
+DropOwnedSeq(OwnerContext *ctx, const char *name)
 {
-	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1];
-	OwnerContext ctx;
 	SeqRow		row;
+	int64		high;
 
-	BeginAdmin(&ctx);
-	FetchOwnedSeq(&ctx, name, &row);
+	FetchOwnedSeq(ctx, name, &row);
 	args[0] = Int32GetDatum(row.id);
 	LockSequenceDraws(row.id);
+	high = GenerationHighWater(row.id, row.generation, row.base, row.shards, row.block);
 	PreparePlan(&plan, "DELETE FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1", 1, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not drop sharded sequence \"%s\"", name);
@@ -817,8 +822,37 @@ drop_sequence(PG_FUNCTION_ARGS)
 	NodeCacheForget(ConfigRelid("sequence_config"), row.id);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
+	return high;
+}
+
+PG_FUNCTION_INFO_V1(drop_sequence);
+Datum
+drop_sequence(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
+	OwnerContext ctx;
+
+	BeginAdmin(&ctx);
+	(void) DropOwnedSeq(&ctx, name);
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
+}
+
+/*
+ * release_column's end of a sharded sequence: drop it (the caller must own
+ * it) and return the highest value it may ever have handed out on this
+ * node.
+ */
+int64
+DropSequenceHighWater(const char *name)
+{
+	OwnerContext ctx;
+	int64		high;
+
+	BeginAdmin(&ctx);
+	high = DropOwnedSeq(&ctx, name);
+	EndAsOwner(&ctx);
+	return SequenceNodeValue(high, name);
 }
 
 static void
