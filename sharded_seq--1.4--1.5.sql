@@ -45,7 +45,7 @@ AS 'MODULE_PATHNAME', 'alter_sequence';
 COMMENT ON FUNCTION sharded_seq.alter_sequence(text, integer, integer, text, text) IS 'change shards, block, tier or cache online; later values start above everything reserved';
 
 ------------------------------------------------------------------------------
--- the sequences view: the cache in force and its counts
+-- the cache in force and its counts, for the sequences view (at the end)
 ------------------------------------------------------------------------------
 
 -- The cache a sequence is drawn with on this server, and the node cache's
@@ -59,6 +59,127 @@ RETURNS record
 LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT
 AS 'MODULE_PATHNAME', 'sequence_cache';
 COMMENT ON FUNCTION sharded_seq.sequence_cache(integer, text, text) IS 'the cache a sharded sequence is drawn with on this server (node or session), and its node cache counts';
+
+
+------------------------------------------------------------------------------
+-- cutover across logical replication (issue 22, part 1)
+------------------------------------------------------------------------------
+
+-- A sequence whose configuration arrived by logical replication (a
+-- subscription to a publisher that draws from it): this server has never
+-- seen its reservations, so sharded_nextval refuses it until
+-- sharded_seq.cutover() or advance_sequence() clears the mark.  A dump keeps
+-- the mark (the positions are still unknown after a restore).
+ALTER TABLE sharded_seq.sequence_config
+    ADD COLUMN positions_unknown boolean NOT NULL DEFAULT false;
+
+-- Sets positions_unknown on a row written by logical replication's apply
+-- worker, and tells this server's sessions (ENABLE ALWAYS: it must fire
+-- there; it does nothing elsewhere).
+CREATE FUNCTION sharded_seq.sequence_arrived()
+RETURNS trigger
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'sequence_arrived';
+REVOKE ALL ON FUNCTION sharded_seq.sequence_arrived() FROM PUBLIC;
+CREATE TRIGGER sequence_arrived
+ BEFORE INSERT OR UPDATE ON sharded_seq.sequence_config
+ FOR EACH ROW EXECUTE FUNCTION sharded_seq.sequence_arrived();
+ALTER TABLE sharded_seq.sequence_config ENABLE ALWAYS TRIGGER sequence_arrived;
+
+-- Servers stopped by a cutover: a row keyed by this server's system
+-- identifier stops it from handing out sequence values and taking counter
+-- increments.  It replicates to the subscriber, where another system
+-- identifier makes it mean nothing; there, flushed_lsn tells cutover() that
+-- everything the old primary committed before it has been applied.
+CREATE TABLE sharded_seq.cutover_stops (
+    system_identifier text PRIMARY KEY,
+    stopped_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    flushed_lsn       pg_catalog.pg_lsn
+);
+SELECT pg_catalog.pg_extension_config_dump('sharded_seq.cutover_stops', '');
+REVOKE ALL ON sharded_seq.cutover_stops FROM PUBLIC;
+
+-- On the new primary, while its subscription to the old one still exists.
+CREATE FUNCTION sharded_seq.cutover(
+    subscription name,
+    timeout interval DEFAULT '5 min',
+    OUT sequence_name text,
+    OUT old_high_water bigint,
+    OUT new_start bigint)
+RETURNS SETOF record
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'cutover';
+COMMENT ON FUNCTION sharded_seq.cutover(name, interval) IS 'on a subscriber about to become the primary: stop the publisher, wait until what it committed has arrived, and start every sequence above what the publisher reserved';
+
+-- On the old primary, called by cutover() through the subscription's
+-- connection: stop this server; then its high waters, once transactions in
+-- flight have ended and write-behind amounts are in their rows.
+CREATE FUNCTION sharded_seq.cutover_stop()
+RETURNS text
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'cutover_stop';
+COMMENT ON FUNCTION sharded_seq.cutover_stop() IS 'stop this server from handing out sequence values and taking counter increments (a cutover); returns its system identifier; sharded_seq.cutover_resume() undoes it';
+
+CREATE FUNCTION sharded_seq.cutover_source(
+    OUT sequence_name text,
+    OUT high_water bigint,
+    OUT flushed_lsn pg_catalog.pg_lsn)
+RETURNS SETOF record
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'cutover_source';
+COMMENT ON FUNCTION sharded_seq.cutover_source() IS 'on a server stopped by cutover_stop(): wait for transactions in flight, flush write-behind amounts, and return each sequence''s reserved high water (a last row with a NULL name carries the position to wait for)';
+
+CREATE FUNCTION sharded_seq.cutover_resume()
+RETURNS boolean
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'cutover_resume';
+COMMENT ON FUNCTION sharded_seq.cutover_resume() IS 'undo cutover_stop() on this server: it hands out values and takes increments again; true if it was stopped';
+
+------------------------------------------------------------------------------
+-- adopting a column, and giving it back (issue 22, part 2)
+------------------------------------------------------------------------------
+
+-- What each column adopt_column switched was before (none, serial, identity
+-- always, identity by default), so that release_column makes it that again.
+-- Written only by those functions, as the extension's owner; dumped.
+CREATE TABLE sharded_seq.adopted_columns (
+    table_name    pg_catalog.regclass NOT NULL,
+    column_name   name NOT NULL,
+    sequence_name text NOT NULL,
+    previous      text NOT NULL
+                  CHECK (previous OPERATOR(pg_catalog.=) ANY (ARRAY['none', 'serial', 'identity always', 'identity by default'])),
+    adopted_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (table_name, column_name)
+);
+SELECT pg_catalog.pg_extension_config_dump('sharded_seq.adopted_columns', '');
+REVOKE ALL ON sharded_seq.adopted_columns FROM PUBLIC;
+GRANT SELECT ON sharded_seq.adopted_columns TO PUBLIC;
+
+-- The caller must own the table; the DDL runs with the caller's rights.
+CREATE FUNCTION sharded_seq.adopt_column(
+    tbl pg_catalog.regclass,
+    col name,
+    sequence text DEFAULT NULL,
+    shards integer DEFAULT NULL,
+    block integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'adopt_column';
+COMMENT ON FUNCTION sharded_seq.adopt_column(pg_catalog.regclass, name, text, integer, integer) IS 'switch a serial, identity or plain integer/bigint column to DEFAULT sharded_nextval(sequence) in this transaction, above the column''s values and its old sequence, safe next to concurrent inserts (they wait for the table''s lock); returns the first value';
+
+CREATE FUNCTION sharded_seq.release_column(
+    tbl pg_catalog.regclass,
+    col name)
+RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'release_column';
+COMMENT ON FUNCTION sharded_seq.release_column(pg_catalog.regclass, name) IS 'give a column adopt_column switched back to a native sequence (or its identity), above everything its sharded sequence reserved, and drop that sequence; returns the next value';
+
+------------------------------------------------------------------------------
+-- the sequences view, last: it shows the columns the blocks above add
+------------------------------------------------------------------------------
 
 -- New columns go last: CREATE OR REPLACE keeps the others, and the users'
 -- views that depend on this one.
@@ -81,8 +202,9 @@ SELECT c.name,
        n.node_cache_hits,
        n.node_cache_reservations,
        n.node_cache_waits,
-       n.node_cache_full
+       n.node_cache_full,
+       c.positions_unknown
   FROM sharded_seq.sequence_config c
  CROSS JOIN LATERAL sharded_seq.sequence_cache(c.id, c.tier, c.cache) n
  ORDER BY c.name;
-COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence; cache_in_force and the node cache counts are this server''s';
+COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence; cache_in_force and the node cache counts are this server''s; positions_unknown: refused until sharded_seq.cutover() or advance_sequence()';

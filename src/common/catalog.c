@@ -394,6 +394,7 @@ static const struct
 	{"counter_shards", "rows_truncated_elsewhere", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
 	{"node_claims", "claims_changed", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
 	{"counter_config", "config_replicated", TRIGGER_FIRES_ON_REPLICA, "REPLICA"},
+	{"sequence_config", "sequence_arrived", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
 };
 
 /* Is stmt an ALTER TABLE of a table of the extension's?  Never raises an error. */

@@ -155,6 +155,15 @@ extern CacheEntry *CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache,
 extern void ForgetEntry(ObjectCache *cache, CacheEntry *entry);
 extern MemoryContext CacheEntryContext(void);
 
+/* cutover.c: a server stopped by a cutover (cutover_stops) */
+extern bool CutoverStopsStored(void);
+extern char *CutoverSystemText(void);
+extern bool CutoverRowFor(const char *system, XLogRecPtr *flushed);
+extern bool CutoverStopped(void);
+extern void CutoverStopCheck(void);
+extern void CutoverCheckPrivilege(const char *function);
+extern void WaitForTransactionsInFlight(void);
+
 /* catalog.c, continued */
 extern void AnnounceConfigChange(const char *relname);
 extern void ReportNotFound(ObjectKind kind, const char *name);

@@ -65,6 +65,7 @@ ShardedHeapUpdate(Relation rel, ItemPointer otid, HeapTuple newtup,
 #endif
 
 /* Ownership checks were renamed in 16. */
+#include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
 #include "utils/acl.h"
 
@@ -75,6 +76,44 @@ DatabaseOwnedBy(Oid dbid, Oid role)
 	return object_ownercheck(DatabaseRelationId, dbid, role);
 #else
 	return pg_database_ownercheck(dbid, role);
+#endif
+}
+
+/*
+ * Connecting to another server from a backend, as logical replication's
+ * table synchronization does (libpqwalreceiver, loaded first).
+ * walrcv_connect gained must_use_password in 16 (a subscription owned by a
+ * non-superuser must authenticate with a password) and replication in 17
+ * (false: a plain connection); a logical replication connection runs SQL on
+ * every major.
+ */
+#include "catalog/pg_subscription.h"
+#include "miscadmin.h"
+#include "replication/walreceiver.h"
+
+static inline WalReceiverConn *
+ShardedConnectAsSubscription(Subscription *sub, const char *appname, char **err)
+{
+#if PG_VERSION_NUM >= 160000
+	bool		must_use_password = sub->passwordrequired && !superuser_arg(sub->owner);
+#endif
+
+#if PG_VERSION_NUM >= 170000
+	return walrcv_connect(sub->conninfo, true, true, must_use_password, appname, err);
+#elif PG_VERSION_NUM >= 160000
+	return walrcv_connect(sub->conninfo, true, must_use_password, appname, err);
+#else
+	return walrcv_connect(sub->conninfo, true, appname, err);
+#endif
+}
+
+static inline bool
+RelationOwnedBy(Oid relid, Oid role)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(RelationRelationId, relid, role);
+#else
+	return pg_class_ownercheck(relid, role);
 #endif
 }
 

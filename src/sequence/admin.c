@@ -123,6 +123,7 @@ SequenceConfigPlaces(Relation config, Relation shards)
 	Places.c_acl = ColumnOf(config, "acl", true);
 	Places.c_tier = ColumnOf(config, "tier", true);
 	Places.c_cache = ColumnOf(config, "cache", false);
+	Places.c_unknown = ColumnOf(config, "positions_unknown", false);
 	Places.s_seq_id = ColumnOf(shards, "seq_id", true);
 	Places.s_generation = ColumnOf(shards, "generation", true);
 	Places.s_shard = ColumnOf(shards, "shard", true);
@@ -342,7 +343,7 @@ CreateShards(int32 seq_id, int32 generation, int64 base, int32 shards, int32 blo
  * in share mode only while they reserve, never until their transaction ends,
  * so an administrative change waits microseconds, not for long transactions.
  */
-static void
+void
 LockSequenceDraws(int32 seq_id)
 {
 	LockDatabaseObject(ConfigRelid("sequence_config"), seq_id, 0, ExclusiveLock);
@@ -518,9 +519,10 @@ ChooseLayout(FunctionCallInfo fcinfo, int shards_arg, int block_arg,
 
 /*
  * Start a new generation with the given layout whose first value is above
- * everything reserved so far and at least min_base.
+ * everything reserved so far and at least min_base; returns that first
+ * value (a local position).
  */
-static void
+static int64
 NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 			  const char *tier, const char *cache, int64 min_base)
 {
@@ -566,16 +568,19 @@ NewGeneration(const char *name, SeqRow *row, int32 shards, int32 block,
 	CreateShards(row->id, row->generation + 1, base, shards, block);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
+	return base;
 }
 
 /*
- * Common prologue: refuse read-only transactions, act as the owner, and reap
- * what earlier transactions retired.
+ * Common prologue: refuse read-only transactions and servers stopped by a
+ * cutover, act as the owner, and reap what earlier transactions retired.
  */
 static void
 BeginAdmin(OwnerContext *ctx)
 {
 	PreventCommandIfReadOnly("sharded_seq administration");
+	/* an old primary: a change would replicate onto the new one's generations */
+	CutoverStopCheck();
 	BeginAsOwner(ctx);
 	ReapShards();
 }
@@ -715,6 +720,53 @@ alter_sequence(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * advance_sequence's work, also cutover()'s: as the owner (ctx), the caller
+ * owning the sequence, a new generation starting at min_base or above
+ * everything reserved here, whichever is higher (*start, if given).  The
+ * owner vouches for min_base, so a sequence whose positions were unknown
+ * here (it arrived by logical replication) may be drawn from again.  False
+ * if there is no sequence of that name.
+ */
+bool
+AdvanceSequenceAbove(OwnerContext *ctx, const char *name, int64 min_base, int64 *start)
+{
+	static SPIPlanPtr clear_plan = NULL;
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+	SeqRow		row;
+	int64		base;
+
+	if (!FetchSeqRow(name, &row, true))
+		return false;
+	CheckOwnership(KIND_SEQUENCE, name, row.owner, ctx->caller);
+	base = NewGeneration(name, &row, row.shards, row.block, row.tier, row.cache, min_base);
+	if (get_attnum(ConfigRelid("sequence_config"), "positions_unknown") != InvalidAttrNumber)
+	{
+		args[0] = Int32GetDatum(row.id);
+		PreparePlan(&clear_plan,
+					"UPDATE sharded_seq.sequence_config SET positions_unknown = false"
+					" WHERE id OPERATOR(pg_catalog.=) $1 AND positions_unknown", 1, types);
+		if (SPI_execute_plan(clear_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not update sharded sequence \"%s\"", name);
+	}
+	if (start)
+		*start = base;
+	return true;
+}
+
+/* A sequence whose reservations this server has never seen: refused. */
+void
+PositionsUnknownError(const char *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("sharded sequence \"%s\" arrived by logical replication, and what its publisher reserved is unknown here", name),
+			 errdetail("Drawing from it now could hand out values the publisher handed out."),
+			 errhint("On this server, while its subscription still exists: SELECT sharded_seq.cutover('subscription_name').  If the old primary is gone: SELECT sharded_seq.advance_sequence('%s', past => <the highest value it may have handed out>).",
+					 name)));
+}
+
 PG_FUNCTION_INFO_V1(advance_sequence);
 Datum
 advance_sequence(PG_FUNCTION_ARGS)
@@ -722,7 +774,6 @@ advance_sequence(PG_FUNCTION_ARGS)
 	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
 	int64		past;
 	OwnerContext ctx;
-	SeqRow		row;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -737,29 +788,33 @@ advance_sequence(PG_FUNCTION_ARGS)
 				 errhint("No value can be greater than %lld.", (long long) PG_INT64_MAX)));
 
 	BeginAdmin(&ctx);
-	FetchOwnedSeq(&ctx, name, &row);
 	/* above past in this node's local positions (past + 1 on node 0) */
-	NewGeneration(name, &row, row.shards, row.block, row.tier, row.cache,
-				  SequenceNodeLocal(past, true, name, "past"));
+	if (!AdvanceSequenceAbove(&ctx, name, SequenceNodeLocal(past, true, name, "past"), NULL))
+		ReportNotFound(KIND_SEQUENCE, name);
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }
 
-PG_FUNCTION_INFO_V1(drop_sequence);
-Datum
-drop_sequence(PG_FUNCTION_ARGS)
+/*
+ * Drop a sequence the caller owns (as the owner, ctx) once reservations
+ * are locked out; the highest local position it ever reserved: every older
+ * generation lies below the current one's base, and every block handed to
+ * a session or to the node cache lies at or below the current one's high
+ * water.
+ */
+static int64
+DropOwnedSeq(OwnerContext *ctx, const char *name)
 {
-	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1];
-	OwnerContext ctx;
 	SeqRow		row;
+	int64		high;
 
-	BeginAdmin(&ctx);
-	FetchOwnedSeq(&ctx, name, &row);
+	FetchOwnedSeq(ctx, name, &row);
 	args[0] = Int32GetDatum(row.id);
 	LockSequenceDraws(row.id);
+	high = GenerationHighWater(row.id, row.generation, row.base, row.shards, row.block);
 	PreparePlan(&plan, "DELETE FROM sharded_seq.sequence_config WHERE id OPERATOR(pg_catalog.=) $1", 1, argtypes);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not drop sharded sequence \"%s\"", name);
@@ -767,8 +822,37 @@ drop_sequence(PG_FUNCTION_ARGS)
 	NodeCacheForget(ConfigRelid("sequence_config"), row.id);
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
+	return high;
+}
+
+PG_FUNCTION_INFO_V1(drop_sequence);
+Datum
+drop_sequence(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_SEQUENCE);
+	OwnerContext ctx;
+
+	BeginAdmin(&ctx);
+	(void) DropOwnedSeq(&ctx, name);
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
+}
+
+/*
+ * release_column's end of a sharded sequence: drop it (the caller must own
+ * it) and return the highest value it may ever have handed out on this
+ * node.
+ */
+int64
+DropSequenceHighWater(const char *name)
+{
+	OwnerContext ctx;
+	int64		high;
+
+	BeginAdmin(&ctx);
+	high = DropOwnedSeq(&ctx, name);
+	EndAsOwner(&ctx);
+	return SequenceNodeValue(high, name);
 }
 
 static void

@@ -83,6 +83,7 @@ typedef struct SeqEntry
 	Oid			shard_relid;
 	bool		memcached;		/* tier 'memcached' */
 	bool		cache_node;		/* cache 'node' */
+	bool		positions_unknown;	/* arrived by replication: refused */
 	bool		gen_uncommitted;	/* generation made by this transaction */
 	Oid			owner;
 	Acl		   *acl;			/* in CacheEntryContext, or NULL */
@@ -260,6 +261,9 @@ LoadSequenceConfig(SeqEntry *entry)
 		/* schema 1.4 has no cache column: every sequence draws per session */
 		entry->cache_node = places->c_cache != InvalidAttrNumber &&
 			TextColumnIs(tup, places->c_cache, desc, "node");
+		/* its configuration arrived by replication (1.5: cutover()) */
+		entry->positions_unknown = places->c_unknown != InvalidAttrNumber &&
+			DatumGetBool(heap_getattr(tup, places->c_unknown, desc, &isnull)) && !isnull;
 
 		/* the generation's shards, in shard order */
 		relids = palloc(sizeof(Oid) * Max(entry->shards, 1));
@@ -481,6 +485,10 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 			if (!LoadSequenceConfig(entry))
 				ReportNotFound(KIND_SEQUENCE, entry->cache.name);
 		}
+		/* current now: a cutover's mark or stop cannot slip in before we reserve */
+		if (entry->positions_unknown)
+			PositionsUnknownError(entry->cache.name);
+		CutoverStopCheck();
 		shard = entry->shard;
 		shard_relid = entry->shard_relid;
 		if (ordered && InNodeOrder(entry) && entry->id == ordered_id)
@@ -790,6 +798,10 @@ sharded_nextval(PG_FUNCTION_ARGS)
 	PreventCommandIfParallelMode("sharded_nextval()");
 
 	entry = LookupSequence(fcinfo);
+	/* a cutover: this server was stopped, or it has not seen the reservations */
+	if (entry->positions_unknown)
+		PositionsUnknownError(entry->cache.name);
+	CutoverStopCheck();
 	node = SessionNodeId();
 	if (node != 0)
 		NodeClaimCheck();

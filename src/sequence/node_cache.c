@@ -520,6 +520,19 @@ EndReserving(void)
 	ReleaseReserving(0, (Datum) 0);
 }
 
+/* Has the row's configuration arrived by replication (cutover())? */
+static bool
+PositionsUnknown(HeapTuple tup, ConfigPlaces *places, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (places->c_unknown == InvalidAttrNumber)
+		return false;
+	d = heap_getattr(tup, places->c_unknown, desc, &isnull);
+	return !isnull && DatumGetBool(d);
+}
+
 /*
  * Reserve the next block of the node: the shard of the generation in force
  * whose next block comes first, as CarveBlock does for a session.  Under the draw lock (conditionally when
@@ -573,7 +586,8 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	if (HeapTupleIsValid(tup) && ConfigRelid("sequence_config") == config_relid &&
 		places->c_cache != InvalidAttrNumber &&
 		TextColumnIs(tup, places->c_tier, RelationGetDescr(config), "database") &&
-		TextColumnIs(tup, places->c_cache, RelationGetDescr(config), "node"))
+		TextColumnIs(tup, places->c_cache, RelationGetDescr(config), "node") &&
+		!PositionsUnknown(tup, places, RelationGetDescr(config)) && !CutoverStopped())
 	{
 		TupleDesc	desc = RelationGetDescr(config);
 		bool		isnull;

@@ -15,6 +15,11 @@ extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
 extern XLogRecPtr FlushShardReservation(Oid relid);
 extern Oid	LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard);
 extern bool SequenceIdReadable(int32 seq_id);
+extern void LockSequenceDraws(int32 seq_id);
+extern bool AdvanceSequenceAbove(OwnerContext *ctx, const char *name, int64 min_base,
+								 int64 *start);
+extern void PositionsUnknownError(const char *name);
+extern int64 DropSequenceHighWater(const char *name);
 
 /*
  * admin.c: where the configuration lives, for reading it straight from the
@@ -35,7 +40,8 @@ typedef struct ConfigPlaces
 				c_owner,
 				c_acl,
 				c_tier,
-				c_cache;		/* InvalidAttrNumber before schema 1.5 */
+				c_cache,		/* InvalidAttrNumber before schema 1.5 */
+				c_unknown;		/* positions_unknown, likewise */
 	Oid			shards;			/* sequence_shards */
 	Oid			by_generation;	/* its primary key (seq_id, generation, shard) */
 	AttrNumber	s_seq_id,
