@@ -86,3 +86,16 @@ SELECT c.name,
  CROSS JOIN LATERAL sharded_seq.sequence_cache(c.id, c.tier, c.cache) n
  ORDER BY c.name;
 COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence; cache_in_force and the node cache counts are this server''s';
+
+------------------------------------------------------------------------------
+-- set_counter: a counter's total, set exactly at commit (issue 22)
+------------------------------------------------------------------------------
+
+-- The committed total equals total at this transaction's commit, in every
+-- mode: amounts committed before are absorbed, later ones count on top.
+-- Its owner, or a role with update and select on the counter, may call it.
+CREATE FUNCTION sharded_seq.set_counter(name text, total bigint)
+RETURNS void
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'set_counter';
+COMMENT ON FUNCTION sharded_seq.set_counter(text, bigint) IS 'set a counter''s total, exactly at commit: increments committed before are absorbed, later ones count on top; owner, or update and select';

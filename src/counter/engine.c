@@ -160,6 +160,9 @@ typedef struct DroppedCounter
 
 static DroppedCounter *Dropped = NULL;	/* in TopTransactionContext */
 
+/* set_counter ran in this transaction (a rolled-back savepoint included) */
+static bool SetInXact = false;
+
 static int128
 FramesSum(PendingCounter *pc)
 {
@@ -242,6 +245,20 @@ DroppedInXact(int32 counter_id)
 		if (d->counter_id == counter_id)
 			return true;
 	return false;
+}
+
+/* set_counter: what this transaction added before the call (it is absorbed). */
+int128
+CounterPendingInXact(int32 counter_id)
+{
+	return PendingAmount(counter_id);
+}
+
+/* set_counter ran: this transaction cannot be prepared (ApplyPending). */
+void
+CounterSetInXact(void)
+{
+	SetInXact = true;
 }
 
 /* drop_counter: this transaction's increments of it go nowhere, if it commits. */
@@ -489,6 +506,12 @@ ApplyPending(bool preparing)
 	long		n = 0;
 	Oid			install;
 
+	if (preparing && SetInXact)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that called sharded_seq.set_counter()"),
+				 errdetail("Until it commits, set_counter keeps the counter's write-behind commits out of shared memory and memcached, which a prepared transaction could keep from the worker indefinitely."),
+				 errhint("Call sharded_seq.set_counter() in a transaction that commits directly.")));
 	if (preparing && (MemcachedFlushedInXact() || SlotsTakenInXact()))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -574,6 +597,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			ClearPending();		/* its frames go with TopTransactionContext */
+			SetInXact = false;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactCommit();
@@ -581,6 +605,7 @@ CounterXactCallback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_PREPARE:
 			ClearPending();
+			SetInXact = false;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactCommit();	/* nothing was reserved or taken */
@@ -589,6 +614,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			ClearPending();
+			SetInXact = false;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactAbort();
