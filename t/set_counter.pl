@@ -10,8 +10,10 @@
 # that committed after it, before and after flush_counters().  Run on a
 # preloaded server with memcached (exact, buffered, memcached batched through
 # shared memory and not), then on one not preloaded (exact, memcached).
-# Then memcached down: set_counter refuses (08006) rather than leave
-# memcached's amount to count on top later.
+# Then the README's recount and set under inserts that increment in their
+# transaction: each counter ends equal to its table's count.  Then memcached
+# down: set_counter refuses (08006) rather than leave memcached's amount to
+# count on top later.
 #
 # SSQ_SET_NAIVE=1 replaces each set by counter_incr(total - counter_value()),
 # the way without set_counter: the checks then fail (concurrent commits are
@@ -169,7 +171,61 @@ $node->append_conf('postgresql.conf', "sharded_seq.memcached_batch_delay = 0\n")
 $node->reload;
 run($node, 'unbatched', 8, qw(e b m));
 
-# 2. memcached down: the amount it holds cannot be absorbed, so no set
+# 2. the README's recount and set, under inserts that each increment a
+# counter of their table's rows in their transaction: after it, and after
+# more inserts, each counter equals its table's count
+$node->safe_psql($db, q{
+SELECT sharded_seq.create_counter('rows_e', mode => 'exact');
+SELECT sharded_seq.create_counter('rows_b', mode => 'buffered');
+SELECT sharded_seq.create_counter('rows_m', mode => 'memcached');
+CREATE TABLE items (counter text, n int);
+});
+sub insert_script
+{
+	my ($seed) = @_;
+	srand($seed);
+	my $sql = '';
+	for my $i (1 .. 100000)
+	{
+		$sql .= stop_point('recount') if $i % 20 == 1;
+		my $c = (qw(rows_e rows_b rows_m))[ int rand 3 ];
+		$sql .= "BEGIN; INSERT INTO items VALUES ('$c', $i); SELECT counter_incr('$c');"
+		  . (rand(100) < 25 ? " ROLLBACK;\n" : " COMMIT;\n");
+	}
+	return $sql;
+}
+my $inserts = load_start($node, $db, 'recount', map { insert_script("r$_") } 1 .. 4);
+load_progress($inserts, 20);
+# drift first (a bad increment by hand), then recount and set, twice
+my $recount = '';
+for my $c (qw(rows_e rows_b rows_m))
+{
+	$recount .= "SELECT counter_incr('$c', 1000);\n"
+	  . "BEGIN;\n" . set_sql($c, 0) . "\n"
+	  . set_sql($c, "(SELECT count(*) FROM items WHERE counter = '$c')") . "\n"
+	  . "COMMIT;\n" for 1 .. 2;
+}
+my ($rc_out, $rc_err) = load_finish(load_start($node, $db, 'recounter', $recount));
+is($rc_err->[0], '', 'recount and set: no set failed');
+load_progress($inserts, 60);
+stop_load($node, $db, 'recount');
+my (undef, $ins_errs) = load_finish($inserts);
+is(join('', @$ins_errs), '', 'recount and set: no insert failed');
+for my $flush (0, 1)
+{
+	$node->safe_psql($db, 'SELECT sharded_seq.flush_counters()') if $flush;
+	my $res = $node->safe_psql($db, q{
+SELECT c, counter_value(c), (SELECT count(*) FROM items WHERE counter = c)
+  FROM unnest(ARRAY['rows_b', 'rows_e', 'rows_m']) c});
+	for (split /\n/, $res)
+	{
+		my ($c, $total, $count) = split /\|/;
+		note("RESULT recount and set, flushed=$flush: counter $c total=$total rows=$count");
+		is($total, $count, "recount and set (flushed=$flush): counter $c equals its table's count");
+	}
+}
+
+# 3. memcached down: the amount it holds cannot be absorbed, so no set
 $node->safe_psql($db, "SELECT counter_incr('m', 5)");
 $mc->kill;
 my ($rc, $stdout, $stderr) = $node->psql($db,
@@ -182,7 +238,7 @@ is($node->safe_psql($db, "SELECT counter_value('b')"), '7',
 $mc->start;
 $node->stop;
 
-# 3. not preloaded: no slots ('buffered' needs them), memcached without batching
+# 4. not preloaded: no slots ('buffered' needs them), memcached without batching
 my $plain = ssq_node('plain', preload => 0, conf => $conf);
 $plain->safe_psql($db, q{
 SELECT sharded_seq.create_counter('e', mode => 'exact');
