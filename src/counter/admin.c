@@ -1,8 +1,8 @@
 /*
  * admin.c
  *	  Administration of counters: create, alter (shards and mode, online),
- *	  drop, grant and revoke, flush_counters, and the functions behind the
- *	  counters view.
+ *	  set (the total, exactly at commit), drop, grant and revoke,
+ *	  flush_counters, and the functions behind the counters view.
  *
  * Each function acts as the extension owner inside SPI (common/privileges.c), after
  * checking the caller's rights on the counter itself.

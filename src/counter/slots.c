@@ -33,6 +33,10 @@
  * amount for the worker (a flush).  Pins live only from PRE_COMMIT to the
  * end of the transaction (every end, FATAL included, lets them go), or
  * inside the worker's own calls.
+ *
+ * set_counter freezes a counter's slot until its transaction ends
+ * (SlotFreeze): commits then go to the rows, flushes and forwards leave the
+ * slot alone, and the set takes what committed before.
  */
 #include "postgres.h"
 
