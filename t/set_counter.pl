@@ -13,7 +13,12 @@
 # Then the README's recount and set under inserts that increment in their
 # transaction: each counter ends equal to its table's count.  Then memcached
 # down: set_counter refuses (08006) rather than leave memcached's amount to
-# count on top later.
+# count on top later.  Then leftovers (an amount memcached could not take
+# after its commit, held in its session until that session's next counter
+# commit or exit, made by stopping memcached while a commit waits at wait
+# point counter-memcached-decided): one committed before a set of another
+# session's is absorbed, at the next commit or at exit; one after the last
+# set counts; a set in its own session absorbs it, unless rolled back.
 #
 # SSQ_SET_NAIVE=1 replaces each set by counter_incr(total - counter_value()),
 # the way without set_counter: the checks then fail (concurrent commits are
@@ -236,9 +241,87 @@ $node->safe_psql($db, "SELECT sharded_seq.set_counter('b', 7)");
 is($node->safe_psql($db, "SELECT counter_value('b')"), '7',
 	'memcached down: a counter in another mode is set');
 $mc->start;
+
+# 4. leftovers: an amount that found memcached gone after its
+# commit waits in its backend's memory until that backend's next counter
+# commit or its exit.  A set that commits before then absorbs it (it
+# committed before the set), so it must not count on top; one committed after
+# the last set must count.  A commit is held at wait point
+# counter-memcached-decided (decided for memcached, not yet committed) while
+# memcached is stopped, so its delivery after commit finds no server.
+$node->safe_psql($db, q{
+SELECT sharded_seq.create_counter('lo', mode => 'memcached'), sharded_seq.create_counter('lo_e');
+SELECT counter_incr('lo', 1000);
+SELECT sharded_seq.flush_counters();
+});
+sub lo_value { return $node->safe_psql($db, "SELECT counter_value('lo')"); }
+
+# leftover(N): a new session commits counter_incr('lo', N), which is left
+# over in its memory; returns the session
+sub leftover
+{
+	my ($n) = @_;
+	my $s = $node->background_psql($db);
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	my $hold = wait_point_hold($node, $db, 'counter-memcached-decided', $pid);
+	$s->query_until(qr/sent/, "\\echo sent\nSELECT counter_incr('lo', $n);\n");
+	is(wait_point_reached($node, $db, 'counter-memcached-decided'), $pid,
+		"leftover of $n: its commit waits, decided for memcached");
+	$mc->kill;
+	wait_point_release($hold);
+	$s->query_safe('SELECT 1');    # the commit has returned
+	$mc->start;
+	$s->{pid} = $pid;
+	return $s;
+}
+my $offset = -s $node->logfile;
+my $ls = leftover(5);
+is(lo_value(), 1000, 'a leftover is not in the rows, nor in memcached');
+$node->safe_psql($db, "SELECT sharded_seq.set_counter('lo', 100)");
+$node->safe_psql($db, "SELECT counter_incr('lo', 7)");
+is($ls->query_safe("SELECT counter_value('lo')"), 107,
+	"another session's set: the leftover's session no longer counts it");
+$ls->query_safe("SELECT counter_incr('lo_e', 1)");
+$node->safe_psql($db, 'SELECT sharded_seq.flush_counters()');
+my $got = lo_value();
+note("RESULT leftover of 5 before a set to 100, then 7: total=$got (want 107)");
+is($got, 107, "a leftover another session's set absorbed does not count at that session's next commit");
+like(slurp_file($node->logfile, $offset),
+	qr/5 committed increments of counter "lo" left in this backend are dropped: a set_counter absorbed them/,
+	'... and its drop is logged');
+$ls->quit;
+
+$ls = leftover(3);
+$node->safe_psql($db, "SELECT sharded_seq.set_counter('lo', 50)");
+$ls->quit;
+ok($node->poll_query_until($db, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $ls->{pid}"),
+	'the session with a leftover exits');
+$got = lo_value();
+note("RESULT leftover of 3 before a set to 50, written at exit: total=$got (want 50)");
+is($got, 50, '... nor at its exit');
+
+$ls = leftover(4);
+$ls->query_safe("SELECT counter_incr('lo_e', 1)");
+is(lo_value(), 54, 'a leftover committed after the last set counts');
+$ls->quit;
+
+$ls = leftover(6);
+$ls->query_safe("SELECT sharded_seq.set_counter('lo', 10)");
+$ls->query_safe("SELECT counter_incr('lo_e', 1)");
+is(lo_value(), 10, "a set in the leftover's own session absorbs it");
+$ls->quit;
+
+$ls = leftover(2);
+$ls->query_safe("BEGIN; SELECT sharded_seq.set_counter('lo', 0); ROLLBACK");
+$ls->query_safe("BEGIN; SAVEPOINT s; SELECT sharded_seq.set_counter('lo', 0); ROLLBACK TO SAVEPOINT s; COMMIT");
+is($ls->query_safe("SELECT counter_value('lo')"), 12,
+	'a set rolled back, or in a rolled-back savepoint, in its own session: the leftover still counts there');
+$ls->query_safe("SELECT counter_incr('lo_e', 1)");
+is(lo_value(), 12, '... and in the rows at its next commit');
+$ls->quit;
 $node->stop;
 
-# 4. not preloaded: no slots ('buffered' needs them), memcached without batching
+# 5. not preloaded: no slots ('buffered' needs them), memcached without batching
 my $plain = ssq_node('plain', preload => 0, conf => $conf);
 $plain->safe_psql($db, q{
 SELECT sharded_seq.create_counter('e', mode => 'exact');

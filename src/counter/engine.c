@@ -489,6 +489,8 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 		return false;
 	MemcachedAfterCommit(item->counter_id, amount, pc->shard, pc->name,
 					  &entry->claim_interval);
+	/* decided for memcached: a test stops memcached here (t/set_counter.pl) */
+	WAIT_POINT("counter-memcached-decided");
 	return true;
 }
 
