@@ -99,3 +99,17 @@ RETURNS void
 LANGUAGE C VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'set_counter';
 COMMENT ON FUNCTION sharded_seq.set_counter(text, bigint) IS 'set a counter''s total, exactly at commit: increments committed before are absorbed, later ones count on top; owner, or update and select';
+
+-- How many times set_counter has set each counter.  A leftover (an amount a
+-- session could not hand to memcached after its commit, kept in its memory
+-- until its next counter commit or its exit) records the count in force at
+-- its commit; if a set committed since, the set absorbed it and it is
+-- dropped instead of written.  A table of its own, node-local like a
+-- session's leftovers: counter_config, which multi-primary groups publish,
+-- keeps its shape, and neither pg_dump nor a subscriber carries counts that
+-- only this server's sessions can hold leftovers of.  A missing row is 0.
+CREATE TABLE sharded_seq.counter_sets (
+    counter_id  integer PRIMARY KEY,
+    sets        bigint NOT NULL
+);
+REVOKE ALL ON sharded_seq.counter_sets FROM PUBLIC;

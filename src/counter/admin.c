@@ -374,8 +374,31 @@ set_counter(PG_FUNCTION_ARGS)
 					 errhint("Try again when sharded_seq.memcached_servers can be reached; if memcached lost its data, empty that setting first.")));
 	}
 
+	/*
+	 * Leftovers, amounts a session could not hand to memcached after its
+	 * commit: this session's are absorbed here; another's, which no one
+	 * else sees, carry the set count of their commit and are dropped when
+	 * written after it moved.  The count moves with this commit, and is
+	 * announced, so that commits waiting for the counter's lock read it
+	 * afresh.
+	 */
+	MemcachedAbsorbLeftovers(row.id);
+	if (CounterSetsStored())
+	{
+		static SPIPlanPtr sets_plan = NULL;
+		Oid			sets_types[1] = {INT4OID};
+		Datum		sets_args[1] = {Int32GetDatum(row.id)};
+
+		PreparePlan(&sets_plan,
+					"INSERT INTO sharded_seq.counter_sets AS s (counter_id, sets) VALUES ($1, 1)"
+					" ON CONFLICT (counter_id) DO UPDATE SET sets = s.sets OPERATOR(pg_catalog.+) 1",
+					1, sets_types);
+		ExecOrFail(sets_plan, sets_args, SPI_OK_INSERT, "count the set");
+		AnnounceConfigChange("counter_config");
+	}
+
 	/* this transaction's own amounts before the call are absorbed: its commit adds them */
-	rows = (int128) total - CounterPendingInXact(row.id) - MemcachedLeftover(row.id);
+	rows = (int128) total - CounterPendingInXact(row.id);
 	if (rows > PG_INT64_MAX || rows < PG_INT64_MIN)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
@@ -411,6 +434,16 @@ drop_counter(PG_FUNCTION_ARGS)
 				"DELETE FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
 	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
+	if (CounterSetsStored())
+	{
+		static SPIPlanPtr sets_plan = NULL;
+
+		PreparePlan(&sets_plan,
+					"DELETE FROM sharded_seq.counter_sets WHERE counter_id OPERATOR(pg_catalog.=) $1",
+					1, argtypes);
+		if (SPI_execute_plan(sets_plan, args, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not drop the counter's set count");
+	}
 	ShardRowsDrop(row.id);
 	AnnounceConfigChange("counter_config");
 	EndAsOwner(&ctx);

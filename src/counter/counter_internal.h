@@ -77,6 +77,7 @@ typedef enum CounterApplyResult
 	APPLY_FULL					/* no shard can take the amount */
 } CounterApplyResult;
 
+extern int64 CounterSetCount(int32 counter_id);
 extern CounterApplyResult CounterTryApply(int32 counter_id, int32 preferred,
 										  int64 delta);
 extern void InsertIndexEntries(Relation rel, HeapTuple newtup, bool moved,
@@ -144,13 +145,14 @@ extern void ShareKeptTotal(int32 counter_id, const KeptTotal *total);
 
 /* memcached.c: mode 'memcached', the commit side */
 extern void MemcachedAfterCommit(int32 counter_id, int64 amount, int32 shard,
-							  const char *name, int64 *claim_interval);
+							  const char *name, int64 sets, int64 *claim_interval);
 extern void MemcachedXactCommit(void);
 extern void MemcachedXactAbort(void);
 extern void MemcachedSubXact(bool aborted, SubTransactionId subid,
 							SubTransactionId parent);
 extern bool MemcachedFlushedInXact(void);
 extern int64 MemcachedLeftover(int32 counter_id);
+extern void MemcachedAbsorbLeftovers(int32 counter_id);
 extern void MemcachedApplyLeftovers(void);
 extern bool MemcachedPending(int32 counter_id, int64 *amount);
 extern bool MemcachedStagingHere(void);

@@ -46,6 +46,8 @@ typedef struct CounterEntry
 	int32		shard;			/* this session's preferred shard */
 	CounterMode mode;
 	int64		claim_interval; /* last flush interval this backend tried to claim */
+	bool		sets_known;		/* sets read under this configuration */
+	int64		sets;			/* CounterSetCount: a set announces itself */
 	CounterPlace place;			/* where the shard rows were last seen */
 	Oid			owner;
 	Acl		   *acl;			/* in CacheEntryContext, or NULL */
@@ -290,6 +292,7 @@ LoadCounterConfig(CounterEntry *entry)
 	if (entry->acl)
 		pfree(entry->acl);
 	entry->acl = NULL;
+	entry->sets_known = false;
 	entry->exists = FetchCounterConfig(entry->cache.name, 0, &row);
 	RegistryNoteUse();			/* the extension is used here: the worker serves it */
 	entry->own_xid = InvalidTransactionId;
@@ -487,8 +490,19 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 	entry = CurrentEntry(item);
 	if (entry == NULL || entry->mode != MODE_MEMCACHED)
 		return false;
+
+	/*
+	 * The sets in force at this commit, for the amount to carry should it be
+	 * left over: a set waits for this lock, and announces itself, so the
+	 * count cached with the configuration is current.  Read once per load.
+	 */
+	if (!entry->sets_known)
+	{
+		entry->sets = CounterSetCount(item->counter_id);
+		entry->sets_known = true;
+	}
 	MemcachedAfterCommit(item->counter_id, amount, pc->shard, pc->name,
-					  &entry->claim_interval);
+					  entry->sets, &entry->claim_interval);
 	/* decided for memcached: a test stops memcached here (t/set_counter.pl) */
 	WAIT_POINT("counter-memcached-decided");
 	return true;

@@ -145,6 +145,40 @@ FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row)
 }
 
 /*
+ * How many times set_counter has set a counter, as the latest snapshot sees
+ * it: its counter_sets row (schema 1.5), or 0.  Read only on the rare paths:
+ * a memcached commit once per configuration load, a flush from memcached
+ * with an amount, a leftover's write.
+ */
+int64
+CounterSetCount(int32 counter_id)
+{
+	Relation	rel;
+	Snapshot	snapshot;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	int64		sets = 0;
+
+	if (!CounterSetsStored())
+		return 0;
+	rel = table_open(ConfigRelid("counter_sets"), AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(counter_id));
+	scan = systable_beginscan(rel, ConfigRelid("counter_sets_pkey"), true, snapshot, 1, &key);
+	if (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		isnull;
+
+		sets = DatumGetInt64(heap_getattr(tup, 2, RelationGetDescr(rel), &isnull));
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+	return sets;
+}
+
+/*
  * Total over every node's rows, as int128.  refs (unless NULL) collects the
  * rows of the node whose shards start at base, and *nall counts all rows.
  */
