@@ -274,6 +274,18 @@ sub leftover
 	$s->{pid} = $pid;
 	return $s;
 }
+# the SQL of a set of 'lo' by a session that has just found memcached down:
+# its connection tries the server again only after a second, so the set is
+# tried again, in a savepoint each time, until memcached answers (polled,
+# bounded)
+sub set_retrying
+{
+	my ($total) = @_;
+	return "DO \$\$ BEGIN FOR i IN 1 .. 600 LOOP BEGIN "
+	  . "PERFORM sharded_seq.set_counter('lo', $total); RETURN; "
+	  . "EXCEPTION WHEN connection_failure THEN PERFORM pg_sleep(0.05); END; END LOOP; "
+	  . "RAISE 'memcached did not answer'; END \$\$;";
+}
 my $offset = -s $node->logfile;
 my $ls = leftover(5);
 is(lo_value(), 1000, 'a leftover is not in the rows, nor in memcached');
@@ -306,14 +318,14 @@ is(lo_value(), 54, 'a leftover committed after the last set counts');
 $ls->quit;
 
 $ls = leftover(6);
-$ls->query_safe("SELECT sharded_seq.set_counter('lo', 10)");
+$ls->query_safe(set_retrying(10));
 $ls->query_safe("SELECT counter_incr('lo_e', 1)");
 is(lo_value(), 10, "a set in the leftover's own session absorbs it");
 $ls->quit;
 
 $ls = leftover(2);
-$ls->query_safe("BEGIN; SELECT sharded_seq.set_counter('lo', 0); ROLLBACK");
-$ls->query_safe("BEGIN; SAVEPOINT s; SELECT sharded_seq.set_counter('lo', 0); ROLLBACK TO SAVEPOINT s; COMMIT");
+$ls->query_safe('BEGIN; ' . set_retrying(0) . ' ROLLBACK;');
+$ls->query_safe('BEGIN; SAVEPOINT s; ' . set_retrying(0) . ' ROLLBACK TO SAVEPOINT s; COMMIT;');
 is($ls->query_safe("SELECT counter_value('lo')"), 12,
 	'a set rolled back, or in a rolled-back savepoint, in its own session: the leftover still counts there');
 $ls->query_safe("SELECT counter_incr('lo_e', 1)");
