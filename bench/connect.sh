@@ -6,6 +6,8 @@
 #     sharded_nextval through the node cache (cache 'node', the default),
 #     sharded_nextval with a block per session (cache 'session', as before
 #     1.5), native nextval CACHE 1000; ratios to SELECT 1 and to nextval;
+#     and the server's CPU per connection (what the postmaster's exited
+#     children used, from /proc: a measure a busy machine barely moves);
 #   - the first call in a new session, timed by psql (\timing), median of
 #     100 connections each, for the same three;
 #   - values burned: CONNECTIONS connections (default 10,000, pgbench -C)
@@ -39,7 +41,12 @@ SELECT sharded_seq.create_sequence('p1_session', cache => 'session');
 CREATE TABLE drawn (seq text, v bigint);
 SQL
 
-declare -A W RUNS
+declare -A W RUNS CPU
+# CPU (ms) the postmaster's exited children used so far: backends are reaped
+# by the postmaster, so their time adds to its cutime and cstime
+PM_PID="$(head -n 1 "$PGDATA/postmaster.pid")"
+TICK="$(getconf CLK_TCK)"
+children_cpu_ms() { awk -v t="$TICK" '{printf "%.0f", ($16 + $17) * 1000 / t}' "/proc/$PM_PID/stat"; }
 W[select1]="SELECT 1;"
 W[sharded_node]="SELECT sharded_nextval('s_node');"
 W[sharded_session]="SELECT sharded_nextval('s_session');"
@@ -50,10 +57,16 @@ for w in $ORDER; do printf '%s\n' "${W[$w]}" >"$WORK/$w.sql"; done
 for r in $(seq 1 "$ROUNDS"); do
     for w in $ORDER; do
         q "CHECKPOINT" >/dev/null
-        tps=$(pgbench -n -C -j 2 -c 8 -T "$T" -f "$WORK/$w.sql" bench 2>/dev/null \
-              | awk '/^tps = / {printf "%.1f", $3}')
+        c0=$(children_cpu_ms)
+        pgbench -n -C -j 2 -c 8 -T "$T" -f "$WORK/$w.sql" bench >"$WORK/point.out" 2>/dev/null || true
+        c1=$(children_cpu_ms)
+        tps=$(awk '/^tps = / {printf "%.1f", $3}' "$WORK/point.out")
+        n=$(awk '/^number of transactions actually processed:/ {print $NF}' "$WORK/point.out")
+        # the CHECKPOINT's own backend exits within the window too: negligible
+        cpu=$(awk -v a="$c0" -v b="$c1" -v n="${n:-0}" 'BEGIN {printf "%.3f", (n > 0) ? (b - a) / n : 0}')
         RUNS[$w]="${RUNS[$w]:-} ${tps:-0}"
-        printf 'round %s %-16s -C c=8 %8s tps\n' "$r" "$w" "${tps:-0}" >&2
+        CPU[$w]="${CPU[$w]:-} $cpu"
+        printf 'round %s %-16s -C c=8 %8s tps, server CPU %s ms per connection\n' "$r" "$w" "${tps:-0}" "$cpu" >&2
     done
 done
 
@@ -108,6 +121,7 @@ lratio() {
 
 echo "short connections, pgbench -C c=8, ${T}s x $ROUNDS rounds (median tps; ratios: median of per-round ratios)"
 for w in $ORDER; do printf '  %-16s %10s tps   (%s)\n' "$w" "$(echo "${RUNS[$w]}" | median)" "${RUNS[$w]# }"; done
+echo "server CPU per connection (median, ms): $(for w in $ORDER; do printf '%s %s; ' "$w" "$(echo "${CPU[$w]}" | median)"; done | sed 's/; $//')"
 echo "P10 sharded_nextval (node) / SELECT 1, -C:          $(ratio sharded_node select1)   (bar >= 0.95)"
 echo "P10 sharded_nextval (node) / nextval CACHE $BLOCK, -C: $(ratio sharded_node nextval)   (bar >= 1.0)"
 echo "    sharded_nextval (session) / SELECT 1, -C:       $(ratio sharded_session select1)   (before 1.5)"

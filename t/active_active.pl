@@ -329,7 +329,8 @@ group_setup('zero', 'n1', 'n2');
 run_load('zero', 0, 100, 'n1', 'n2');
 # an apply worker's error reaches the log as it stops: wait for a collision
 # to show in a log, in a session or in an apply worker
-my $dup = qr/duplicate key value violates unique constraint "orders_pkey"/;
+# (PostgreSQL 18's apply worker reports it as a conflict, insert_exists)
+my $dup = qr/duplicate key value violates unique constraint "orders_pkey"|conflict detected on relation "public\.orders": conflict=insert_exists/;
 my ($in_apply, $in_sessions) = (0, 0);
 $t0 = time;
 while (time - $t0 < $PostgreSQL::Test::Utils::timeout_default)

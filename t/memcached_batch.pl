@@ -16,7 +16,9 @@
 #      sum, and at least what was committed before the worker's last whole
 #      round;
 #   5. memcached flush_all, then SIGKILL and a restart empty, under load: no
-#      error reaches a caller, and no total is above the committed sum.
+#      error reaches a caller, and no total is above the committed sum;
+#   6. memcached restarted while the worker's connection sat idle: the
+#      first amount forwarded after it reaches the new server or the rows.
 # Each committed increment also writes its delta to a ledger in the same
 # transaction.
 use strict;
@@ -327,5 +329,25 @@ my $ledger;
 	        (SELECT coalesce(sum(delta), 0) FROM ledger WHERE counter IN ('m', 'm4'))");
 note('RESULT memcached lost ' . ($ledger - $total) . " of $ledger committed");
 cmp_ok($total, '>', 0, 'the counters counted');
+
+# 6. memcached restarted while the worker's connection sat idle: the first
+# amount the worker forwards after it is not lost on the closed connection
+sql("SELECT sharded_seq.create_counter('r6', mode => 'memcached')");
+sql("BEGIN; SELECT counter_incr('r6', 7); INSERT INTO ledger VALUES ('r6', 7); COMMIT;");
+mc_used();
+worker_round();
+$mc->kill('TERM');
+$mc->start;
+my $r6_errors = sql("SELECT errors FROM sharded_seq.memcached_stats WHERE name = 'r6'");
+sql("BEGIN; SELECT counter_incr('r6', 1000); INSERT INTO ledger VALUES ('r6', 1000); COMMIT;");
+# two whole worker rounds: the worker has tried to forward it in between
+worker_round();
+worker_round();
+sql('SELECT sharded_seq.flush_counters()');
+my ($r6, $r6_ledger, $r6_errors_after) = split /\|/, sql(
+	"SELECT counter_value('r6'), (SELECT sum(delta) FROM ledger WHERE counter = 'r6'),
+	        (SELECT errors FROM sharded_seq.memcached_stats WHERE name = 'r6')");
+note("RESULT after a restart of memcached the worker did not see: total $r6, ledger $r6_ledger, errors $r6_errors -> $r6_errors_after");
+is($r6, $r6_ledger, 'memcached restarted behind the worker\'s idle connection: no amount lost');
 
 done_testing();

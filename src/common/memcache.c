@@ -34,6 +34,10 @@ static memcached_st *Handle = NULL;
 static memcached_st *Quiet = NULL;
 static bool HandleStale = true;
 static TimestampTz LastDown = 0;	/* when a request last found no server */
+static TimestampTz QuietUsed = 0;	/* when a quiet increment was last sent */
+
+/* a quiet connection idle this long is checked before an amount is sent */
+#define QUIET_IDLE_MS	500
 
 /* libmemcached skips a failed server for this long before trying it again */
 #define MC_RETRY_SECONDS 1
@@ -273,11 +277,32 @@ McIncrQuiet(const char *key, uint64 delta)
 {
 	memcached_st *mc = HandleFor(true);
 	uint64_t	unused;
+	TimestampTz now = GetCurrentTimestamp();
+	McResult	r;
 
 	if (mc == NULL)
 		return MC_DOWN;
-	return ClassifyOn(mc, memcached_increment_with_initial(mc, key, strlen(key), delta, delta,
-														   0, &unused));
+
+	/*
+	 * A server restarted while this connection sat idle left it closed at the
+	 * other end, and a quiet request written to it fails after it was sent:
+	 * an unknown outcome, so a lost amount, although the new server never saw
+	 * it.  An idle connection is first asked with a read, whose failure sends
+	 * nothing: the amount then goes elsewhere (MC_DOWN).
+	 */
+	if (TimestampDifferenceExceeds(QuietUsed, now, QUIET_IDLE_MS))
+	{
+		int64		ignored;
+		McResult	probe = GetOn(mc, key, &ignored);
+
+		if (probe != MC_OK && probe != MC_MISSING)
+			return MC_DOWN;
+	}
+	r = ClassifyOn(mc, memcached_increment_with_initial(mc, key, strlen(key), delta, delta,
+														0, &unused));
+	if (r == MC_OK)
+		QuietUsed = now;
+	return r;
 }
 
 static McResult

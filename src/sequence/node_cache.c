@@ -346,6 +346,7 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 	{
 		ref->entry = EntryAt(h->index);
 		ref->incarnation = pg_atomic_read_u64(&ref->entry->incarnation);
+		ref->next_mark = 0;
 		LWLockRelease(NodeShared->lock);
 		return true;
 	}
@@ -393,6 +394,7 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 	}
 	ref->entry = EntryAt(h->index);
 	ref->incarnation = pg_atomic_read_u64(&ref->entry->incarnation);
+	ref->next_mark = 0;
 	LWLockRelease(NodeShared->lock);
 	CountLeft(&left);
 	return true;
@@ -659,6 +661,7 @@ Publish(NodeEntry *e, uint64 incarnation, NodeBlock *carved, ReserveMode mode, u
 	slot->first = carved->first;
 	slot->count = carved->count;
 	slot->generation = carved->generation;
+	slot->sync = carved->sync;
 	pg_write_barrier();
 	pg_atomic_write_u64(&slot->blockno, blockno);
 	pg_atomic_write_u64(&e->published, blockno);
@@ -832,7 +835,10 @@ MoveOn(NodeRef *ref, uint64 j, int64 count, bool *waited)
  * reserves it itself, unless a reservation is already in flight.  The mark
  * is half the block, or its start once draws outran a prefetch (eager); an
  * eager entry whose block is still missing at half the block has the
- * drawer there reserve it.
+ * drawer there reserve it.  A session that crossed the previous block's mark
+ * too draws alone and fast: it reserves itself, as a session of its own
+ * blocks would, since waking the worker once a block costs it more (a
+ * signal, and the worker's turn on a core).
  */
 static void
 Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
@@ -840,12 +846,15 @@ Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 	NodeEntry  *e = ref->entry;
 	bool		waited = false;
 	bool		eager = pg_atomic_read_u32(&e->eager) != 0;
+	bool		alone;
 
 	if (off != (eager ? 0 : count / 2) && !(eager && off == count / 2))
 		return;
 	if (pg_atomic_read_u64(&e->published) != j)
 		return;
-	if (off == (eager ? 0 : count / 2) && !SyncStandbysActive())
+	alone = ref->next_mark == j + 1;
+	ref->next_mark = NextBlock(j) + 1;
+	if (!alone && off == (eager ? 0 : count / 2) && !SyncStandbysActive())
 	{
 		pg_atomic_write_u32(&e->prefetch_wanted, 1);
 		if (RegistryPrefetchNews())

@@ -54,6 +54,9 @@ typedef struct NodeRef
 {
 	NodeEntry  *entry;
 	uint64		incarnation;	/* the entry's when attached: valid while equal */
+	uint64		next_mark;		/* 1 + the block whose low-water mark this
+								 * session crosses next if it alone draws; 0:
+								 * it crossed none */
 } NodeRef;
 
 typedef enum NodeDrawResult
