@@ -208,3 +208,30 @@ SELECT c.name,
  CROSS JOIN LATERAL sharded_seq.sequence_cache(c.id, c.tier, c.cache) n
  ORDER BY c.name;
 COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence; cache_in_force and the node cache counts are this server''s; positions_unknown: refused until sharded_seq.cutover() or advance_sequence()';
+
+------------------------------------------------------------------------------
+-- set_counter: a counter's total, set exactly at commit (issue 22)
+------------------------------------------------------------------------------
+
+-- The committed total equals total at this transaction's commit, in every
+-- mode: amounts committed before are absorbed, later ones count on top.
+-- Its owner, or a role with update and select on the counter, may call it.
+CREATE FUNCTION sharded_seq.set_counter(name text, total bigint)
+RETURNS void
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'set_counter';
+COMMENT ON FUNCTION sharded_seq.set_counter(text, bigint) IS 'set a counter''s total, exactly at commit: increments committed before are absorbed, later ones count on top; owner, or update and select';
+
+-- How many times set_counter has set each counter.  A leftover (an amount a
+-- session could not hand to memcached after its commit, kept in its memory
+-- until its next counter commit or its exit) records the count in force at
+-- its commit; if a set committed since, the set absorbed it and it is
+-- dropped instead of written.  A table of its own, node-local like a
+-- session's leftovers: counter_config, which multi-primary groups publish,
+-- keeps its shape, and neither pg_dump nor a subscriber carries counts that
+-- only this server's sessions can hold leftovers of.  A missing row is 0.
+CREATE TABLE sharded_seq.counter_sets (
+    counter_id  integer PRIMARY KEY,
+    sets        bigint NOT NULL
+);
+REVOKE ALL ON sharded_seq.counter_sets FROM PUBLIC;

@@ -1,11 +1,12 @@
 -- E3: privileges work the PostgreSQL way.
 BEGIN;
-SELECT plan(45);
+SELECT plan(51);
 
 CREATE ROLE ss_owner;
 CREATE ROLE ss_app;
 CREATE ROLE ss_reader;
 CREATE ROLE ss_stranger;
+CREATE ROLE ss_both;
 
 SET ROLE ss_owner;
 SELECT sharded_seq.create_sequence('priv_seq', shards => 2, block => 10);
@@ -35,6 +36,7 @@ SELECT throws_ok($$SELECT counter_incr('priv_ctr')$$, '42501', NULL, 'a role wit
 SELECT throws_ok($$SELECT counter_value('priv_ctr')$$, '42501', NULL, '... nor read a counter');
 SELECT throws_ok($$SELECT sharded_seq.alter_counter('priv_ctr', shards => 5)$$, '42501', NULL, '... nor alter it');
 SELECT throws_ok($$SELECT sharded_seq.drop_counter('priv_ctr')$$, '42501', NULL, '... nor drop it');
+SELECT throws_ok($$SELECT sharded_seq.set_counter('priv_ctr', 0)$$, '42501', NULL, '... nor set it');
 SELECT throws_ok($$UPDATE sharded_seq.sequence_config SET base = 0$$, '42501', NULL, 'the config tables cannot be written directly');
 SELECT throws_ok($$UPDATE sharded_seq.counter_shards SET value = 0$$, '42501', NULL, 'counter shard rows cannot be written directly');
 SELECT throws_ok(format('SELECT pg_catalog.setval(%L, 0)', :'shard_rel'), '42501', NULL, 'shard sequences cannot be reset directly');
@@ -74,6 +76,24 @@ SELECT is(counter_value('priv_ctr'), 6::bigint, 'select on a counter allows coun
 SELECT is((SELECT reserved_high_water FROM sharded_seq.sequences WHERE name = 'priv_seq'), NULL,
           'a grant on a counter shows no sequence''s positions');
 SELECT throws_ok($$SELECT counter_incr('priv_ctr')$$, '42501', NULL, '... but not counter_incr');
+RESET ROLE;
+
+-- set_counter: the owner, or a role with both update (it overwrites) and
+-- select (it fixes the total the next read shows)
+SET ROLE ss_app;
+SELECT throws_ok($$SELECT sharded_seq.set_counter('priv_ctr', 0)$$, '42501',
+                 'permission denied for counter "priv_ctr"', 'update alone does not allow set_counter');
+RESET ROLE;
+SET ROLE ss_reader;
+SELECT throws_ok($$SELECT sharded_seq.set_counter('priv_ctr', 0)$$, '42501', NULL, '... nor does select alone');
+RESET ROLE;
+SET ROLE ss_owner;
+SELECT sharded_seq.grant_counter('priv_ctr', 'ss_both', 'all');
+SELECT lives_ok($$SELECT sharded_seq.set_counter('priv_ctr', 100)$$, 'the owner can set its counter');
+RESET ROLE;
+SET ROLE ss_both;
+SELECT lives_ok($$SELECT sharded_seq.set_counter('priv_ctr', 6)$$, 'update and select together allow set_counter');
+SELECT is(counter_value('priv_ctr'), 6::bigint, '... which sets the total');
 RESET ROLE;
 
 SET ROLE ss_owner;

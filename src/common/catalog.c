@@ -58,7 +58,7 @@ static bool cached_token_valid = false;
 static uint64 cached_token = 0;
 
 /* OIDs of our tables and indexes, looked up by name on the hot paths */
-#define MAX_CACHED_RELIDS 8
+#define MAX_CACHED_RELIDS 16
 static struct
 {
 	const char *name;
@@ -237,6 +237,13 @@ bool
 NodeCacheStored(void)
 {
 	return get_attnum(ConfigRelid("sequence_config"), "cache") != InvalidAttrNumber;
+}
+
+/* Does counter_sets count set_counter's sets (schema 1.5)? */
+bool
+CounterSetsStored(void)
+{
+	return OidIsValid(get_relname_relid("counter_sets", ConfigNamespace()));
 }
 
 /*

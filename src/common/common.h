@@ -101,6 +101,7 @@ extern bool AdaptiveCountersStored(void);
 extern bool WriteBehindModesSplit(void);
 extern bool NodeClaimsStored(void);
 extern bool NodeCacheStored(void);
+extern bool CounterSetsStored(void);
 extern bool ChangesShardTable(Node *stmt);
 extern bool ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot);
 extern bool AltersOwnTable(Node *stmt);

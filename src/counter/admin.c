@@ -1,8 +1,8 @@
 /*
  * admin.c
  *	  Administration of counters: create, alter (shards and mode, online),
- *	  drop, grant and revoke, flush_counters, and the functions behind the
- *	  counters view.
+ *	  set (the total, exactly at commit), drop, grant and revoke,
+ *	  flush_counters, and the functions behind the counters view.
  *
  * Each function acts as the extension owner inside SPI (common/privileges.c), after
  * checking the caller's rights on the counter itself.
@@ -17,6 +17,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 
@@ -222,6 +223,195 @@ alter_counter(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* How long set_counter waits for commits and flushes holding the slot. */
+#define SET_SLOT_WAIT_MS	10000
+
+/*
+ * Row-lock a counter for set_counter and check the caller's rights: its
+ * owner, or a role with both update (it overwrites) and select (it says
+ * nothing new, but a set is a read of the future total).  Inside SPI, as
+ * the owner.
+ */
+static CounterMode
+FetchCounterForSet(Oid caller, const char *name, CounterRow *row)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		acl;
+	char	   *mode;
+
+	PreparePlan(&plan,
+				"SELECT id, owner::pg_catalog.oid, acl, mode FROM sharded_seq.counter_config"
+				" WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE", 1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.counter_config");
+	if (SPI_processed == 0)
+		ReportNotFound(KIND_COUNTER, name);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	row->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+	row->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+	acl = SPI_getbinval(tup, desc, 3, &isnull);
+	row->acl = isnull ? NULL : DatumGetAclP(acl);
+	mode = SPI_getvalue(tup, desc, 4);
+	if (!has_privs_of_role(caller, row->owner) &&
+		!(HasPrivilege(row->owner, row->acl, caller, ACL_UPDATE) &&
+		  HasPrivilege(row->owner, row->acl, caller, ACL_SELECT)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for counter \"%s\"", name),
+				 errdetail("Setting a counter needs its ownership, or both update and select on it."),
+				 errhint("The owner can run sharded_seq.grant_counter('%s', '%s', 'all').",
+						 name, GetUserNameFromId(caller, false))));
+	return ParseCounterMode(mode, strlen(mode));
+}
+
+/*
+ * set_counter(name, total): the counter's committed total is total at this
+ * transaction's commit, whatever its mode.  Amounts committed before are
+ * absorbed: those in the rows are overwritten, those waiting in shared
+ * memory or memcached are taken out (given back if this transaction or
+ * savepoint rolls back); commits from now on wait for the rows, or for the
+ * counter's commit lock, and count on top.  This transaction's own
+ * increments before the call are absorbed too, those after it count on top.
+ * The argument is in src/counter/README.md ("Setting a counter").
+ */
+PG_FUNCTION_INFO_V1(set_counter);
+Datum
+set_counter(PG_FUNCTION_ARGS)
+{
+	char	   *name = NameArg(fcinfo, 0, KIND_COUNTER);
+	int64		total;
+	int128		rows;
+	OwnerContext ctx;
+	CounterRow	row;
+	CounterMode mode;
+	int			wait_ms;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("total must not be null"),
+				 errhint("Pass the total the counter should have, such as a count(*) of what it counts.")));
+	total = PG_GETARG_INT64(1);
+	PreventCommandIfReadOnly("sharded_seq.set_counter()");
+	PreventCommandIfParallelMode("sharded_seq.set_counter()");
+	/* the rows are read and locked with statement snapshots: see every commit before the lock */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("sharded_seq.set_counter() needs isolation level read committed"),
+				 errdetail("A transaction snapshot would not see shard rows added by commits after it, and the total would miss them."),
+				 errhint("Call it in a read committed transaction (the default).")));
+	if (SessionNodeId() > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot set a counter with sharded_seq.node_id set (%d here)", SessionNodeId()),
+				 errdetail("Other nodes' increments reach this node by replication, in no order with this commit, so no total can be exact at it."),
+				 errhint("Once every node's increments have arrived and none are made, add the difference with counter_incr().")));
+	/* its commit writes this node's rows: refuse now if they are not ours */
+	NodeClaimCheck();
+
+	BeginAsOwner(&ctx);
+	mode = FetchCounterForSet(ctx.caller, name, &row);
+
+	/*
+	 * Wait for commits handing amounts to memcached (they hold the lock
+	 * until they have), and keep new ones, growing commits and maintain()
+	 * out until this transaction ends.
+	 */
+	LockCounterCommits(row.id);
+
+	/*
+	 * Shared memory: freeze the slot, so that commits go to the rows (and
+	 * wait there for this transaction), and wait for those already adding;
+	 * then take what it holds into the rows, where it is overwritten.
+	 */
+	wait_ms = LockTimeout > 0 ? Min(LockTimeout, SET_SLOT_WAIT_MS) : SET_SLOT_WAIT_MS;
+	switch (SlotFreeze(row.id, wait_ms))
+	{
+		case SLOT_FROZEN:
+			break;
+		case SLOT_NONE:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("cannot set counter \"%s\": the shared-memory slot table is full", name),
+					 errhint("Try again once the worker has flushed and freed idle slots, or raise sharded_seq.buffered_slots.")));
+			break;
+		case SLOT_BUSY:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("cannot set counter \"%s\": commits to it did not finish within %d ms", name, wait_ms),
+					 errdetail("A commit or flush holding the counter's shared-memory amount may be waiting for a lock this transaction holds."),
+					 errhint("Call sharded_seq.set_counter() in a transaction of its own, and try again.")));
+			break;
+	}
+	(void) BufferedFlush(row.id, name, true);
+	if (SlotPending(row.id) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot set counter \"%s\": its worker is stopping", name),
+				 errdetail("Its shared-memory amount is left for the worker's last flush."),
+				 errhint("Try again once the server has restarted.")));
+
+	/* memcached: take what it holds into the rows, where it is overwritten */
+	if (mode == MODE_MEMCACHED && McEnabled())
+	{
+		int32		shard = (int32) (MyProcPid % SHARDED_SEQ_MAX_SHARDS);
+		int64		moved;
+
+		while ((moved = MemcachedFlush(row.id, shard, name, true)) > 0)
+			;
+		if (moved < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("cannot set counter \"%s\": memcached cannot be read", name),
+					 errdetail("Its amount in memcached would count on top of the total once memcached is back."),
+					 errhint("Try again when sharded_seq.memcached_servers can be reached; if memcached lost its data, empty that setting first.")));
+	}
+
+	/*
+	 * Leftovers, amounts a session could not hand to memcached after its
+	 * commit: this session's are absorbed here; another's, which no one
+	 * else sees, carry the set count of their commit and are dropped when
+	 * written after it moved.  The count moves with this commit, and is
+	 * announced, so that commits waiting for the counter's lock read it
+	 * afresh.
+	 */
+	MemcachedAbsorbLeftovers(row.id);
+	if (CounterSetsStored())
+	{
+		static SPIPlanPtr sets_plan = NULL;
+		Oid			sets_types[1] = {INT4OID};
+		Datum		sets_args[1] = {Int32GetDatum(row.id)};
+
+		PreparePlan(&sets_plan,
+					"INSERT INTO sharded_seq.counter_sets AS s (counter_id, sets) VALUES ($1, 1)"
+					" ON CONFLICT (counter_id) DO UPDATE SET sets = s.sets OPERATOR(pg_catalog.+) 1",
+					1, sets_types);
+		ExecOrFail(sets_plan, sets_args, SPI_OK_INSERT, "count the set");
+		AnnounceConfigChange("counter_config");
+	}
+
+	/* this transaction's own amounts before the call are absorbed: its commit adds them */
+	rows = (int128) total - CounterPendingInXact(row.id);
+	if (rows > PG_INT64_MAX || rows < PG_INT64_MIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("cannot set counter \"%s\" to " INT64_FORMAT ": out of range with this transaction's increments", name, total),
+				 errdetail("This transaction's earlier increments of it, which the total absorbs, take its rows beyond bigint."),
+				 errhint("Set it in a transaction of its own.")));
+	CommandCounterIncrement();
+	ShardRowsSet(row.id, (int64) rows, name);
+	CounterSetInXact();
+	EndAsOwner(&ctx);
+	PG_RETURN_VOID();
+}
+
 PG_FUNCTION_INFO_V1(drop_counter);
 Datum
 drop_counter(PG_FUNCTION_ARGS)
@@ -244,6 +434,16 @@ drop_counter(PG_FUNCTION_ARGS)
 				"DELETE FROM sharded_seq.counter_config WHERE id OPERATOR(pg_catalog.=) $1",
 				1, argtypes);
 	ExecOrFail(plan, args, SPI_OK_DELETE, "drop counter");
+	if (CounterSetsStored())
+	{
+		static SPIPlanPtr sets_plan = NULL;
+
+		PreparePlan(&sets_plan,
+					"DELETE FROM sharded_seq.counter_sets WHERE counter_id OPERATOR(pg_catalog.=) $1",
+					1, argtypes);
+		if (SPI_execute_plan(sets_plan, args, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not drop the counter's set count");
+	}
 	ShardRowsDrop(row.id);
 	AnnounceConfigChange("counter_config");
 	EndAsOwner(&ctx);

@@ -77,6 +77,7 @@ typedef enum CounterApplyResult
 	APPLY_FULL					/* no shard can take the amount */
 } CounterApplyResult;
 
+extern int64 CounterSetCount(int32 counter_id);
 extern CounterApplyResult CounterTryApply(int32 counter_id, int32 preferred,
 										  int64 delta);
 extern void InsertIndexEntries(Relation rel, HeapTuple newtup, bool moved,
@@ -93,6 +94,7 @@ typedef enum MaintainResult
 extern void ShardRowsCreate(int32 id, int32 shards, const char *name);
 extern void ShardRowsRebuild(int32 id, int32 shards);
 extern void ShardRowsDrop(int32 id);
+extern void ShardRowsSet(int32 id, int64 value, const char *name);
 extern int32 ShardRowsCount(int32 id);
 
 extern MaintainResult MaintainCounterRows(int32 counter_id, int32 base, bool fold,
@@ -100,6 +102,8 @@ extern MaintainResult MaintainCounterRows(int32 counter_id, int32 base, bool fol
 
 /* engine.c */
 extern void CounterDroppedInXact(int32 counter_id);
+extern int128 CounterPendingInXact(int32 counter_id);
+extern void CounterSetInXact(void);
 
 /* slots.c: the slot table both write-behind modes use */
 extern bool SlotsAvailable(void);
@@ -113,6 +117,16 @@ extern void SlotsXactAbort(void);
 extern void SlotsSubXact(bool aborted, SubTransactionId subid,
 						  SubTransactionId parent);
 extern int64 SlotForwardTake(Oid install, int32 counter_id, void **slot);
+
+typedef enum SlotFreezeResult
+{
+	SLOT_FROZEN,				/* frozen, or no slot table: nothing to absorb */
+	SLOT_NONE,					/* the table is full: no slot for the counter */
+	SLOT_BUSY					/* a commit or flush held it past the wait */
+} SlotFreezeResult;
+
+extern SlotFreezeResult SlotFreeze(int32 counter_id, int wait_ms);
+extern bool SlotsFrozenInXact(void);
 extern void SlotForwardEnd(void *slot, int64 give_back);
 
 /* layout.c: layout words, the net epoch, foreign rows */
@@ -131,13 +145,14 @@ extern void ShareKeptTotal(int32 counter_id, const KeptTotal *total);
 
 /* memcached.c: mode 'memcached', the commit side */
 extern void MemcachedAfterCommit(int32 counter_id, int64 amount, int32 shard,
-							  const char *name, int64 *claim_interval);
+							  const char *name, int64 sets, int64 *claim_interval);
 extern void MemcachedXactCommit(void);
 extern void MemcachedXactAbort(void);
 extern void MemcachedSubXact(bool aborted, SubTransactionId subid,
 							SubTransactionId parent);
 extern bool MemcachedFlushedInXact(void);
 extern int64 MemcachedLeftover(int32 counter_id);
+extern void MemcachedAbsorbLeftovers(int32 counter_id);
 extern void MemcachedApplyLeftovers(void);
 extern bool MemcachedPending(int32 counter_id, int64 *amount);
 extern bool MemcachedStagingHere(void);

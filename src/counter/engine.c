@@ -46,6 +46,8 @@ typedef struct CounterEntry
 	int32		shard;			/* this session's preferred shard */
 	CounterMode mode;
 	int64		claim_interval; /* last flush interval this backend tried to claim */
+	bool		sets_known;		/* sets read under this configuration */
+	int64		sets;			/* CounterSetCount: a set announces itself */
 	CounterPlace place;			/* where the shard rows were last seen */
 	Oid			owner;
 	Acl		   *acl;			/* in CacheEntryContext, or NULL */
@@ -160,6 +162,9 @@ typedef struct DroppedCounter
 
 static DroppedCounter *Dropped = NULL;	/* in TopTransactionContext */
 
+/* set_counter ran in this transaction (a rolled-back savepoint included) */
+static bool SetInXact = false;
+
 static int128
 FramesSum(PendingCounter *pc)
 {
@@ -244,6 +249,20 @@ DroppedInXact(int32 counter_id)
 	return false;
 }
 
+/* set_counter: what this transaction added before the call (it is absorbed). */
+int128
+CounterPendingInXact(int32 counter_id)
+{
+	return PendingAmount(counter_id);
+}
+
+/* set_counter ran: this transaction cannot be prepared (ApplyPending). */
+void
+CounterSetInXact(void)
+{
+	SetInXact = true;
+}
+
 /* drop_counter: this transaction's increments of it go nowhere, if it commits. */
 void
 CounterDroppedInXact(int32 counter_id)
@@ -273,6 +292,7 @@ LoadCounterConfig(CounterEntry *entry)
 	if (entry->acl)
 		pfree(entry->acl);
 	entry->acl = NULL;
+	entry->sets_known = false;
 	entry->exists = FetchCounterConfig(entry->cache.name, 0, &row);
 	RegistryNoteUse();			/* the extension is used here: the worker serves it */
 	entry->own_xid = InvalidTransactionId;
@@ -470,8 +490,21 @@ TryBuffer(CommitItem *item, int64 amount, bool preparing)
 	entry = CurrentEntry(item);
 	if (entry == NULL || entry->mode != MODE_MEMCACHED)
 		return false;
+
+	/*
+	 * The sets in force at this commit, for the amount to carry should it be
+	 * left over: a set waits for this lock, and announces itself, so the
+	 * count cached with the configuration is current.  Read once per load.
+	 */
+	if (!entry->sets_known)
+	{
+		entry->sets = CounterSetCount(item->counter_id);
+		entry->sets_known = true;
+	}
 	MemcachedAfterCommit(item->counter_id, amount, pc->shard, pc->name,
-					  &entry->claim_interval);
+					  entry->sets, &entry->claim_interval);
+	/* decided for memcached: a test stops memcached here (t/set_counter.pl) */
+	WAIT_POINT("counter-memcached-decided");
 	return true;
 }
 
@@ -489,6 +522,12 @@ ApplyPending(bool preparing)
 	long		n = 0;
 	Oid			install;
 
+	if (preparing && SetInXact)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that called sharded_seq.set_counter()"),
+				 errdetail("Until it commits, set_counter keeps the counter's write-behind commits out of shared memory and memcached, which a prepared transaction could keep from the worker indefinitely."),
+				 errhint("Call sharded_seq.set_counter() in a transaction that commits directly.")));
 	if (preparing && (MemcachedFlushedInXact() || SlotsTakenInXact()))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -574,6 +613,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			ClearPending();		/* its frames go with TopTransactionContext */
+			SetInXact = false;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactCommit();
@@ -581,6 +621,7 @@ CounterXactCallback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_PREPARE:
 			ClearPending();
+			SetInXact = false;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactCommit();	/* nothing was reserved or taken */
@@ -589,6 +630,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			ClearPending();
+			SetInXact = false;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactAbort();

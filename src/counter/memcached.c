@@ -14,7 +14,8 @@
  * no memcached server after commit becomes a leftover of this backend: it
  * goes to the shard rows with the backend's next counter commit (without
  * waiting, and never failing that commit), or when the backend exits, and
- * only in the installation of the extension it was committed in.
+ * only in the installation of the extension it was committed in, and only
+ * if no set_counter committed since its own commit (the set absorbed it).
  */
 #include "postgres.h"
 
@@ -50,8 +51,12 @@ typedef struct Amount
 	int32		shard;
 	char		name[NAMEDATALEN];
 	uint64		amount;
-	SubTransactionId subid;		/* give-backs: the flush's subtransaction */
-	bool		taken;			/* leftovers: written by the committing xact */
+	int64		sets;			/* the counter's set count at its commit, or
+								 * at the flush a give-back undoes */
+	SubTransactionId subid;		/* give-backs: the flush's subtransaction;
+								 * leftovers taken by set_counter: the set's */
+	bool		taken;			/* leftovers: written, or absorbed by a set, by
+								 * the current xact */
 	struct Amount *next;
 } Amount;
 
@@ -133,7 +138,8 @@ PendingKeyName(int32 counter_id)
 
 /* A node for counter_id, allocated before anything is sent. */
 static Amount *
-NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount)
+NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount,
+		  int64 sets)
 {
 	Amount	   *a;
 
@@ -153,6 +159,7 @@ NewAmount(int32 counter_id, int32 shard, const char *name, uint64 amount)
 	a->shard = shard;
 	strlcpy(a->name, name, NAMEDATALEN);
 	a->amount = amount;
+	a->sets = sets;
 	/* the local statistics entry too: no allocation after commit */
 	StatsCount(KIND_COUNTER, counter_id, STAT_HITS, 0);
 	return a;
@@ -211,13 +218,15 @@ DeliverOrKeep(Amount *a, bool count_hit)
 		StatsCount(KIND_COUNTER, a->counter_id, STAT_FALLBACKS, 1);
 		for (Amount *lo = Leftovers; lo; lo = lo->next)
 			if (lo->install == a->install && lo->counter_id == a->counter_id &&
-				!lo->taken && lo->amount + a->amount <= (uint64) PG_INT64_MAX)
+				lo->sets == a->sets && !lo->taken &&
+				lo->amount + a->amount <= (uint64) PG_INT64_MAX)
 			{
 				lo->amount += a->amount;
 				pfree(a);
 				return;
 			}
 		a->taken = false;
+		a->subid = InvalidSubTransactionId;
 		a->next = Leftovers;
 		Leftovers = a;
 		return;
@@ -240,13 +249,13 @@ DeliverOrKeep(Amount *a, bool count_hit)
  */
 void
 MemcachedAfterCommit(int32 counter_id, int64 amount, int32 shard,
-				  const char *name, int64 *claim_interval)
+				  const char *name, int64 sets, int64 *claim_interval)
 {
 	Amount	   *a;
 	int64		interval = (int64) time(NULL) / CounterFlushInterval;
 
 	EnsureExitCallback();
-	a = NewAmount(counter_id, shard, name, (uint64) amount);
+	a = NewAmount(counter_id, shard, name, (uint64) amount, sets);
 	a->next = AfterCommits;
 	AfterCommits = a;
 
@@ -374,11 +383,23 @@ MemcachedXactAbort(void)
 	ShrinkAmounts();
 }
 
-/* A rolled-back savepoint gives back what its flushes took. */
+/*
+ * A rolled-back savepoint gives back what its flushes took, and the
+ * leftovers its sets absorbed.
+ */
 void
 MemcachedSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
 {
 	Amount	  **link = &GiveBacks;
+
+	for (Amount *lo = Leftovers; lo; lo = lo->next)
+		if (lo->taken && lo->subid == subid)
+		{
+			if (aborted)
+				lo->taken = false;
+			else
+				lo->subid = parent;
+		}
 
 	while (*link)
 	{
@@ -438,30 +459,76 @@ ForgetOtherInstallations(Oid install)
 	}
 }
 
-/* This backend's leftovers of a counter, not yet in the rows: its reads count them. */
+/*
+ * This backend's leftovers of a counter, not yet in the rows: its reads
+ * count them, unless a set absorbed them.
+ */
 int64
 MemcachedLeftover(int32 counter_id)
 {
 	int64		n = 0;
+	int64		sets = -1;
 	Oid			install;
 
 	if (Leftovers == NULL)
 		return 0;
 	install = ConfigRelid("counter_config");
 	for (Amount *lo = Leftovers; lo; lo = lo->next)
-		if (lo->install == install && lo->counter_id == counter_id)
-			n += (int64) lo->amount;
+		if (lo->install == install && lo->counter_id == counter_id && !lo->taken)
+		{
+			if (sets < 0)
+				sets = CounterSetCount(counter_id);
+			if (lo->sets == sets)
+				n += (int64) lo->amount;
+		}
 	return n;
 }
 
 /*
+ * set_counter, in this backend: its total absorbs this backend's leftovers
+ * of the counter.  They are taken, freed if the transaction commits, owed
+ * again if it or the set's savepoint rolls back.
+ */
+void
+MemcachedAbsorbLeftovers(int32 counter_id)
+{
+	Oid			install = ConfigRelid("counter_config");
+
+	for (Amount *lo = Leftovers; lo; lo = lo->next)
+		if (lo->install == install && lo->counter_id == counter_id && !lo->taken)
+		{
+			lo->taken = true;
+			lo->subid = GetCurrentSubTransactionId();
+		}
+}
+
+/*
  * Try to write one leftover to the rows, never waiting and never raising an
- * error.  Returns false only if its rows or table are held: then try again
- * later.
+ * error.  Returns false only if its rows, table or commit lock are held:
+ * then try again later.
  */
 static bool
 WriteLeftover(Amount *lo)
 {
+	LOCKTAG		tag;
+
+	/*
+	 * The counter's commit lock, as its commits take it: a set_counter,
+	 * which takes it exclusively to its end, then committed before this
+	 * write (and counted) or comes after it (and absorbs it).  Held to the
+	 * end of the transaction.
+	 */
+	SET_LOCKTAG_OBJECT(tag, MyDatabaseId, lo->install, (uint32) lo->counter_id, 0);
+	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	if (CounterSetCount(lo->counter_id) != lo->sets)
+	{
+		/* the set's total took it in: writing it would count it twice */
+		ereport(LOG,
+				(errmsg("sharded_seq: %llu committed increments of counter \"%s\" left in this backend are dropped: a set_counter absorbed them",
+						(unsigned long long) lo->amount, lo->name)));
+		return true;
+	}
 	/* see this transaction's own updates of the same rows */
 	CommandCounterIncrement();
 	switch (CounterTryApply(lo->counter_id, lo->shard, (int64) lo->amount))
@@ -611,8 +678,14 @@ MemcachedFlush(int32 counter_id, int32 shard, const char *name, bool wait)
 		return 0;
 	/* at most what one decrement can take; the rest waits for the next flush */
 	amount = Min(amount, (int64) MC_MAX_DELTA);
-	/* the give-back is made first: nothing may fail between decr and recording it */
-	gb = NewAmount(counter_id, shard, name, (uint64) amount);
+
+	/*
+	 * The give-back is made first: nothing may fail between decr and
+	 * recording it.  Should it be left over, it carries the sets in force
+	 * now: a set needs this flush lock to finish, so none commits before the
+	 * give-back is made.
+	 */
+	gb = NewAmount(counter_id, shard, name, (uint64) amount, CounterSetCount(counter_id));
 	gb->subid = GetCurrentSubTransactionId();
 	/* taken out first: a read may then miss it for a moment, never count it twice */
 	if (McDecr(key, (uint64) amount, &left) != MC_OK)
@@ -697,7 +770,7 @@ MemcachedStagingHere(void)
 int64
 MemcachedForward(Oid install, int32 counter_id)
 {
-	Amount	   *a = NewAmount(counter_id, 0, "", 0);
+	Amount	   *a = NewAmount(counter_id, 0, "", 0, 0);
 	void	   *slot;
 	int64		amount = SlotForwardTake(install, counter_id, &slot);
 	McResult	r;

@@ -145,6 +145,40 @@ FetchCounterConfig(const char *name, int32 id, CounterConfigRow *row)
 }
 
 /*
+ * How many times set_counter has set a counter, as the latest snapshot sees
+ * it: its counter_sets row (schema 1.5), or 0.  Read only on the rare paths:
+ * a memcached commit once per configuration load, a flush from memcached
+ * with an amount, a leftover's write.
+ */
+int64
+CounterSetCount(int32 counter_id)
+{
+	Relation	rel;
+	Snapshot	snapshot;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	int64		sets = 0;
+
+	if (!CounterSetsStored())
+		return 0;
+	rel = table_open(ConfigRelid("counter_sets"), AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(counter_id));
+	scan = systable_beginscan(rel, ConfigRelid("counter_sets_pkey"), true, snapshot, 1, &key);
+	if (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		isnull;
+
+		sets = DatumGetInt64(heap_getattr(tup, 2, RelationGetDescr(rel), &isnull));
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+	return sets;
+}
+
+/*
  * Total over every node's rows, as int128.  refs (unless NULL) collects the
  * rows of the node whose shards start at base, and *nall counts all rows.
  */
@@ -1466,6 +1500,67 @@ ShardRowsRebuild(int32 id, int32 shards)
 				"   FROM pg_catalog.generate_series(0, $3 OPERATOR(pg_catalog.-) 1) g",
 				4, types4);
 	ShardRowsSql(insert_plan, args, SPI_OK_INSERT, id, "add counter shards");
+}
+
+/*
+ * set_counter: make this node's rows of a counter add up to value, all of
+ * it in the lowest row (inside SPI, as the owner, with the counter's commit
+ * lock held, so no commit grows or folds the rows meanwhile).  The rows are
+ * locked first, waiting for commits adding to them; from then until this
+ * transaction ends no commit adds to them, so their total at its commit is
+ * value, and a commit that waited adds on top.  Refused if another node has
+ * rows of the counter: their increments arrive by replication, in no order
+ * with this commit.
+ */
+void
+ShardRowsSet(int32 id, int64 value, const char *name)
+{
+	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr other_plan = NULL;
+	static SPIPlanPtr set_plan = NULL;
+	Oid			types2[2] = {INT4OID, INT4OID};
+	Oid			types4[4] = {INT4OID, INT4OID, INT4OID, INT8OID};
+	Datum		args[4];
+	bool		isnull;
+	int32		lowest;
+
+	args[0] = Int32GetDatum(id);
+	args[1] = Int32GetDatum(NodeShardBase());
+	PreparePlan(&other_plan,
+				"SELECT EXISTS (SELECT FROM sharded_seq.counter_shards"
+				" WHERE counter_id OPERATOR(pg_catalog.=) $1"
+				"   AND (shard OPERATOR(pg_catalog.<) $2"
+				"        OR shard OPERATOR(pg_catalog.>=) ($2 OPERATOR(pg_catalog.+) 1024)))",
+				2, types2);
+	if (SPI_execute_plan(other_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read counter shards");
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot set counter \"%s\": other nodes have rows of it", name),
+				 errdetail("Their increments reach this node by replication, in no order with this commit, so no total can be exact at it."),
+				 errhint("Once every node's increments have arrived and none are made, add the difference with counter_incr().")));
+	PreparePlan(&lock_plan,
+				"SELECT pg_catalog.min(shard) FROM"
+				" (SELECT shard FROM sharded_seq.counter_shards"
+				"   WHERE" NODE_ROWS_SQL " FOR UPDATE) s",
+				2, types2);
+	if (SPI_execute_plan(lock_plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not lock counter shards");
+	lowest = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("counter \"%s\" has no shard rows", name),
+				 errhint("It was dropped meanwhile, or its rows were deleted by hand: create it again.")));
+	args[2] = Int32GetDatum(lowest);
+	args[3] = Int64GetDatum(value);
+	PreparePlan(&set_plan,
+				"UPDATE sharded_seq.counter_shards"
+				"   SET value = CASE WHEN shard OPERATOR(pg_catalog.=) $3 THEN $4 ELSE 0::pg_catalog.int8 END"
+				" WHERE" NODE_ROWS_SQL,
+				4, types4);
+	ShardRowsSql(set_plan, args, SPI_OK_UPDATE, id, "set counter");
 }
 
 /* Every row of a dropped counter, on every node (inside SPI, as the owner). */

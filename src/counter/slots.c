@@ -33,6 +33,10 @@
  * amount for the worker (a flush).  Pins live only from PRE_COMMIT to the
  * end of the transaction (every end, FATAL included, lets them go), or
  * inside the worker's own calls.
+ *
+ * set_counter freezes a counter's slot until its transaction ends
+ * (SlotFreeze): commits then go to the rows, flushes and forwards leave the
+ * slot alone, and the set takes what committed before.
  */
 #include "postgres.h"
 
@@ -44,6 +48,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "counter/counter_internal.h"
 
@@ -62,7 +67,9 @@ typedef struct BufferSlot
 	int32		idle_rounds;	/* worker's: flushes that found it empty */
 	pg_atomic_uint32 forward;	/* a 'memcached' commit added: the worker
 								 * forwards the amount to memcached */
-	char		pad[PG_CACHE_LINE_SIZE - 36];	/* one slot per cache line */
+	pg_atomic_uint32 frozen;	/* pid of a set_counter in progress, or 0:
+								 * commits go to the rows meanwhile */
+	char		pad[PG_CACHE_LINE_SIZE - 40];	/* one slot per cache line */
 } BufferSlot;
 
 StaticAssertDecl(sizeof(BufferSlot) == PG_CACHE_LINE_SIZE,
@@ -98,7 +105,15 @@ typedef struct ToAdd
 	struct ToAdd *next;
 } ToAdd;
 
+/* A slot this transaction froze for set_counter, pinned until it ends. */
+typedef struct Frozen
+{
+	BufferSlot *slot;
+	struct Frozen *next;
+} Frozen;
+
 static Taken *TakenList = NULL; /* in ListContext */
+static Frozen *FrozenList = NULL;	/* in ListContext */
 static ToAdd *AddList = NULL;	/* in ListContext */
 
 /*
@@ -149,6 +164,7 @@ SlotsShmemInit(void)
 			pg_atomic_init_u32(&s->pins, 0);
 			pg_atomic_init_u64(&s->pending, 0);
 			pg_atomic_init_u32(&s->forward, 0);
+			pg_atomic_init_u32(&s->frozen, 0);
 			s->dbid = InvalidOid;
 			s->install = InvalidOid;
 			s->counter_id = 0;
@@ -259,6 +275,7 @@ PinSlot(Oid install, int32 counter_id, bool claim)
 				s->idle_rounds = 0;
 				pg_atomic_write_u64(&s->pending, 0);
 				pg_atomic_write_u32(&s->forward, 0);
+				pg_atomic_write_u32(&s->frozen, 0);
 				pg_write_barrier();
 				pg_atomic_write_u32(&s->state, SLOT_USED);
 				Shared->used++;
@@ -311,6 +328,18 @@ SlotReserve(int32 counter_id, int64 amount, bool forward)
 	 * after it has already made its last flush, so the rows take this one.
 	 */
 	if (!RegistryAcceptingHere())
+	{
+		Unpin(s);
+		pfree(a);
+		return false;
+	}
+	/*
+	 * A set_counter is absorbing the slot: this commit goes to the rows,
+	 * where it waits for the set's row locks and counts on top of it.  The
+	 * pin above came first (a full barrier): a set that froze after it
+	 * waits for this commit instead (SlotFreeze).
+	 */
+	if (pg_atomic_read_u32(&s->frozen) != 0)
 	{
 		Unpin(s);
 		pfree(a);
@@ -382,6 +411,14 @@ SlotTake(Oid install, int32 counter_id)
 	 * come after its last flush.  The worker's last flush takes it instead.
 	 */
 	if (!RegistryIsWorker() && !RegistryAcceptingHere())
+	{
+		Unpin(s);
+		pfree(t);
+		return 0;
+	}
+	/* a set_counter elsewhere absorbs this amount: not ours to move */
+	if (pg_atomic_read_u32(&s->frozen) != 0 &&
+		pg_atomic_read_u32(&s->frozen) != (uint32) MyProcPid)
 	{
 		Unpin(s);
 		pfree(t);
@@ -459,6 +496,12 @@ SlotForwardTake(Oid install, int32 counter_id, void **slot)
 	*slot = NULL;
 	if (s == NULL)
 		return 0;
+	/* a set_counter absorbs the slot: the amount stays for it */
+	if (pg_atomic_read_u32(&s->frozen) != 0)
+	{
+		Unpin(s);
+		return 0;
+	}
 	amount = pg_atomic_exchange_u64(&s->pending, 0);
 	if (amount == 0)
 	{
@@ -705,13 +748,99 @@ SlotsTakenInXact(void)
 	return TakenList != NULL;
 }
 
+/* ---- set_counter: freezing a slot ---- */
+
+/* Pins this transaction holds on a slot for amounts it took. */
+static uint32
+OwnPins(BufferSlot *s)
+{
+	uint32		n = 0;
+
+	for (Taken *t = TakenList; t; t = t->next)
+		n += (t->slot == s);
+	for (Frozen *f = FrozenList; f; f = f->next)
+		n += (f->slot == s);
+	return n;
+}
+
+/*
+ * For set_counter: freeze the counter's slot (claimed if missing) until this
+ * transaction ends, and wait until no other commit or flush holds it.  From
+ * then on commits go to the rows instead (SlotReserve), where they wait for
+ * the set's row locks, and no other flush or forward takes the amount: what
+ * the slot holds is exactly what committed before, for the caller to take.
+ * The freeze and the wait are ordered by a full barrier against the pin and
+ * the look at frozen in SlotReserve (the same pattern as the worker's stop).
+ * Returns SLOT_FROZEN, or why not.  The wait checks interrupts, and gives
+ * up after wait_ms: a commit holding a pin may wait for a lock this
+ * transaction took earlier.
+ */
+SlotFreezeResult
+SlotFreeze(int32 counter_id, int wait_ms)
+{
+	BufferSlot *s;
+	Frozen	   *f;
+	TimestampTz start = GetCurrentTimestamp();
+
+	if (Shared == NULL)
+		return SLOT_FROZEN;		/* no slots: every commit writes the rows */
+	f = NewListNode(sizeof(Frozen));
+	s = PinSlot(ConfigRelid("counter_config"), counter_id, true);
+	if (s == NULL)
+	{
+		pfree(f);
+		return SLOT_NONE;
+	}
+	for (Frozen *g = FrozenList; g; g = g->next)
+		if (g->slot == s)
+		{
+			/* frozen by this transaction already: one pin is enough */
+			Unpin(s);
+			pfree(f);
+			return SLOT_FROZEN;
+		}
+	f->slot = s;
+	f->next = FrozenList;
+	FrozenList = f;				/* the transaction's end lets it go, whatever happens */
+	pg_atomic_write_u32(&s->frozen, (uint32) MyProcPid);
+	pg_memory_barrier();
+	while (pg_atomic_read_u32(&s->pins) > OwnPins(s))
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), wait_ms))
+			return SLOT_BUSY;
+		pg_usleep(1000L);
+	}
+	return SLOT_FROZEN;
+}
+
+bool
+SlotsFrozenInXact(void)
+{
+	return FrozenList != NULL;
+}
+
+static void
+ThawSlots(void)
+{
+	while (FrozenList)
+	{
+		Frozen	   *f = FrozenList;
+
+		FrozenList = f->next;
+		pg_atomic_write_u32(&f->slot->frozen, 0);
+		Unpin(f->slot);
+		pfree(f);
+	}
+}
+
 /* ---- transaction ends: no errors here, only atomics and pfree ---- */
 
 /* Once the lists are empty: give back what a large transaction left. */
 static void
 ShrinkLists(void)
 {
-	if (ListContext != NULL && AddList == NULL && TakenList == NULL &&
+	if (ListContext != NULL && AddList == NULL && TakenList == NULL && FrozenList == NULL &&
 		MemoryContextMemAllocated(ListContext, false) > LISTS_KEEP)
 		MemoryContextReset(ListContext);
 }
@@ -739,6 +868,8 @@ SlotsXactCommit(void)
 		Unpin(t->slot);
 		pfree(t);
 	}
+	/* after the adds: the set's transaction has committed */
+	ThawSlots();
 	ShrinkLists();
 }
 
@@ -762,6 +893,8 @@ SlotsXactAbort(void)
 		Unpin(t->slot);
 		pfree(t);
 	}
+	/* after the give-backs: no other flush may move them first */
+	ThawSlots();
 	ShrinkLists();
 }
 
