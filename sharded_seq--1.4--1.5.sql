@@ -235,3 +235,103 @@ CREATE TABLE sharded_seq.counter_sets (
     sets        bigint NOT NULL
 );
 REVOKE ALL ON sharded_seq.counter_sets FROM PUBLIC;
+
+------------------------------------------------------------------------------
+-- monitoring a DBA can page on (issue 22)
+------------------------------------------------------------------------------
+
+-- A sequence on this server since its start (preloaded; NULL otherwise):
+-- values handed out (the node cache's, and sessions' own blocks', counted
+-- when a block ends or its session does), values reserved in blocks, the
+-- rate of reservations over the last one to two minutes, the highest
+-- local position this session's node can hand out, and the reserved high
+-- water (local, as sequence_high_water).  NULL to a role that
+-- may not see the sequence's positions, unless it has pg_read_all_stats.
+CREATE FUNCTION sharded_seq.sequence_usage(
+    seq_id integer,
+    OUT handed_out bigint, OUT reserved bigint,
+    OUT reserve_rate double precision, OUT local_max bigint,
+    OUT high_water bigint)
+RETURNS record
+LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT
+AS 'MODULE_PATHNAME', 'sequence_usage';
+COMMENT ON FUNCTION sharded_seq.sequence_usage(integer) IS 'a sharded sequence on this server since its start: values handed out and reserved, reservations per second recently, the node''s highest local position, the reserved high water (local)';
+
+-- The range a sequence can still use: up to its node's end, or the largest
+-- value of the integer column adopt_column gave it.  runs_out_in is NULL
+-- without a recent rate, or beyond a thousand years.
+CREATE VIEW sharded_seq.sequence_usage AS
+SELECT c.name,
+       sharded_seq.node_id() AS node_id,
+       u.handed_out,
+       u.reserved,
+       sharded_seq.node_value(h.high) AS reserved_high_water,
+       sharded_seq.node_value(m.local_max) AS range_end,
+       (h.high::double precision OPERATOR(pg_catalog./) m.local_max::double precision) AS range_used,
+       u.reserve_rate,
+       CASE WHEN u.reserve_rate OPERATOR(pg_catalog.>) 0
+             AND ((m.local_max OPERATOR(pg_catalog.-) h.high)::double precision
+                  OPERATOR(pg_catalog./) u.reserve_rate) OPERATOR(pg_catalog.<) 31557600000
+            THEN pg_catalog.make_interval(secs =>
+                 (m.local_max OPERATOR(pg_catalog.-) h.high)::double precision
+                 OPERATOR(pg_catalog./) u.reserve_rate)
+       END AS runs_out_in
+  FROM sharded_seq.sequence_config c
+ CROSS JOIN LATERAL sharded_seq.sequence_usage(c.id) u
+ CROSS JOIN LATERAL (SELECT u.high_water AS high) h
+ CROSS JOIN LATERAL (
+       SELECT LEAST(u.local_max,
+              (SELECT pg_catalog.min(CASE a.atttypid
+                                     WHEN 'pg_catalog.int4'::pg_catalog.regtype THEN 2147483647
+                                     WHEN 'pg_catalog.int2'::pg_catalog.regtype THEN 32767 END)
+                 FROM sharded_seq.adopted_columns ac
+                 JOIN pg_catalog.pg_attribute a
+                   ON a.attrelid OPERATOR(pg_catalog.=) ac.table_name
+                  AND a.attname OPERATOR(pg_catalog.=) ac.column_name
+                WHERE ac.sequence_name OPERATOR(pg_catalog.=) c.name)) AS local_max) m
+ ORDER BY c.name;
+COMMENT ON VIEW sharded_seq.sequence_usage IS 'one row per sharded sequence: values handed out and reserved on this server since its start, the reserved high water, the node''s range end and the share used, reservations per second recently and when the range runs out at that rate; NULL to a role that may not see its positions (but pg_read_all_stats)';
+GRANT SELECT ON sharded_seq.sequence_usage TO PUBLIC;
+
+-- A counter's write-behind backlog: the amounts in shared memory and in
+-- memcached, and a time none of them is older than.
+CREATE FUNCTION sharded_seq.counter_backlog(
+    counter_id integer,
+    OUT pending_shared bigint, OUT pending_memcached bigint,
+    OUT oldest_pending_at timestamptz)
+RETURNS record
+LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT
+AS 'MODULE_PATHNAME', 'counter_backlog';
+COMMENT ON FUNCTION sharded_seq.counter_backlog(integer) IS 'a counter''s committed amounts not yet in its rows, in shared memory and in memcached, and a time none of them is older than';
+
+CREATE VIEW sharded_seq.counter_backlog AS
+SELECT c.name,
+       c.mode,
+       b.pending_shared,
+       b.pending_memcached,
+       b.pending_shared OPERATOR(pg_catalog.+) b.pending_memcached AS pending,
+       b.oldest_pending_at,
+       pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) b.oldest_pending_at AS oldest_pending_age
+  FROM sharded_seq.counter_config c
+ CROSS JOIN LATERAL sharded_seq.counter_backlog(c.id) b
+ ORDER BY c.name;
+COMMENT ON VIEW sharded_seq.counter_backlog IS 'one row per counter: committed amounts not yet in its rows (shared memory, memcached) and the age of the oldest; NULL to a role that may not read the counter (but pg_read_all_stats)';
+GRANT SELECT ON sharded_seq.counter_backlog TO PUBLIC;
+
+-- The workers view gains healthy (last column): the launcher runs; a
+-- database's worker runs, finished a round within three flush intervals
+-- (at least ten seconds) of now, and its last round did not fail.
+CREATE OR REPLACE VIEW sharded_seq.workers AS
+SELECT w.*,
+       CASE WHEN w.kind OPERATOR(pg_catalog.=) 'launcher' THEN w.running
+            ELSE w.running
+             AND COALESCE(w.last_flush_at, w.started_at) OPERATOR(pg_catalog.>)
+                 (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+                  GREATEST(
+                      (COALESCE(pg_catalog.current_setting('sharded_seq.counter_flush_interval', true), '10s')::pg_catalog.interval
+                          OPERATOR(pg_catalog.*) 3::double precision),
+                      '10 seconds'::pg_catalog.interval))
+             AND (w.last_error_at IS NULL OR w.last_error_at OPERATOR(pg_catalog.<) w.last_flush_at)
+       END AS healthy
+  FROM sharded_seq.worker_status() w;
+COMMENT ON VIEW sharded_seq.workers IS 'the background launcher and one worker per database: running or not, last flush and amount moved, last maintain(), last error; healthy: running, a round finished within three flush intervals (at least ten seconds), and the last one did not fail';

@@ -41,6 +41,24 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Debian starts a memcached service on 11211; tests use their own ports.
 
+# t/monitoring.pl runs Prometheus's postgres_exporter with the queries users
+# are given (docs/monitoring/): its binary, unpacked from the Debian package
+# rather than installed, so that no exporter service starts.  Best effort:
+# without it that part of the test is skipped.
+EXPORTER_DIR=/usr/local/lib/sharded_seq-test
+if [ ! -x "$EXPORTER_DIR/prometheus-postgres-exporter" ] && [ "$(id -u)" = 0 ]; then
+    tmp="$(mktemp -d)"
+    chmod 755 "$tmp"
+    if (cd "$tmp" && apt-get download -qq prometheus-postgres-exporter >/dev/null 2>&1 &&
+        dpkg-deb -x prometheus-postgres-exporter_*.deb x); then
+        mkdir -p "$EXPORTER_DIR"
+        cp "$tmp/x/usr/bin/prometheus-postgres-exporter" "$EXPORTER_DIR/"
+    else
+        echo "==> prometheus-postgres-exporter not available: t/monitoring.pl skips the exporter" >&2
+    fi
+    rm -rf "$tmp"
+fi
+
 export PATH="/usr/lib/postgresql/$PG_MAJOR/bin:$PATH"
 echo "==> building for PostgreSQL $PG_MAJOR"
 make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null

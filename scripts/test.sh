@@ -206,7 +206,9 @@ if [ ${#taps[@]} -gt 0 ]; then
     echo "==> tap"
     pgxs="$("/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" --pkglibdir)/pgxs"
     cp -r t "$WORK/t"
-    [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/t"
+    # t/monitoring.pl runs the postgres_exporter queries users are given
+    mkdir -p "$WORK/docs" && cp -r docs/monitoring "$WORK/docs/"
+    [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/t" "$WORK/docs"
     for t in "${taps[@]}"; do
         start=$(date +%s)
         mkdir -p "$WORK/tap/$t"

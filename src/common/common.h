@@ -18,6 +18,7 @@
 #include "fmgr.h"
 #include "utils/acl.h"
 #include "utils/relcache.h"
+#include "datatype/timestamp.h"
 #include "access/htup.h"
 #include "lib/ilist.h"
 #include "utils/hsearch.h"
@@ -214,6 +215,16 @@ typedef enum StatField
 	STAT_NODE_RESERVATIONS,		/* blocks reserved for it */
 	STAT_NODE_WAITS,			/* draws that waited for a reservation */
 	STAT_NODE_FULL,				/* sessions that found it full and drew per session */
+	/* monitoring (sequence_usage, counter_backlog): shared memory only */
+	STAT_SESSION_VALUES,		/* values handed out from blocks of a session */
+	STAT_RESERVED,				/* values in blocks reserved on this server */
+	STAT_RATE_T0,				/* the older sample of STAT_RESERVED: time */
+	STAT_RATE_R0,				/* ... and count */
+	STAT_RATE_T1,				/* the newer sample, taken at least */
+	STAT_RATE_R1,				/* RATE_WINDOW after the older */
+	STAT_MC_CLEAN,				/* a counter's memcached key: the last flush
+								 * that left nothing older than this */
+	STAT_MC_FIRST,				/* the oldest delivery to it since */
 	NUM_STAT_FIELDS
 } StatField;
 
@@ -223,6 +234,12 @@ typedef enum StatField
 extern void StatsCount(ObjectKind kind, int32 id, StatField field, int64 n);
 extern void StatsCountIn(Oid dbid, ObjectKind kind, int32 id, StatField field, int64 n);
 extern void StatsRead(ObjectKind kind, int32 id, int64 *counts);
+extern void StatsNoteReserved(int32 seq_id, int64 values);
+extern bool StatsReserveRate(int32 seq_id, double *per_second);
+extern void StatsMcDelivered(int32 counter_id, TimestampTz since);
+extern void StatsMcCleaned(int32 counter_id, TimestampTz read_at);
+extern TimestampTz StatsMcOldest(int32 counter_id);
+extern TimestampTz StatsStartedAt(void);
 extern Size CountsShmemSize(void);
 extern void CountsShmemInit(void);
 
@@ -293,6 +310,7 @@ extern int32 NextObjectId(void);
 extern void NodeClaimCheck(void);
 extern int32 NodeShardBase(void);
 extern int64 SequenceNodeValue(int64 local, const char *seqname);
+extern int64 NodeLocalMax(void);
 extern int64 SequenceNodeLocal(int64 value, bool above, const char *seqname,
 							   const char *what);
 

@@ -348,6 +348,20 @@ NodeShardBase(void)
 	return SessionNodeId() * NODE_SHARDS;
 }
 
+/* The highest local position this session's node can hand out. */
+int64
+NodeLocalMax(void)
+{
+	int32		node = SessionNodeId();
+	int64		lo;
+	int64		hi;
+
+	if (node == 0)
+		return PG_INT64_MAX;
+	NodeRange(node, &lo, &hi);
+	return hi - lo;
+}
+
 /*
  * The value this session hands out for a sequence's local position.  Node 0:
  * local itself.  Node n: n * 2^53 + local, and local must lie in 0 .. 2^53-1.

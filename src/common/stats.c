@@ -4,7 +4,9 @@
  *	  to the database, errors, flushes) and of the node-wide sequence cache
  *	  (values, reservations, waits, sessions it had no room for) per
  *	  sequence and counter, and the functions that show them and probe the
- *	  servers.
+ *	  servers; what monitoring reads beside them (values handed out and
+ *	  reserved, the recent rate of reservations, the age of a counter's
+ *	  memcached amount).
  *
  * With sharded_seq in shared_preload_libraries the counts live in shared
  * memory and cover every session; otherwise each session counts its own.
@@ -20,6 +22,7 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 #include "common/common.h"
@@ -34,9 +37,16 @@ typedef struct StatSlot
 	pg_atomic_uint64 v[NUM_STAT_FIELDS];
 } StatSlot;
 
+/*
+ * The rate of reservations compares the count now with a sample taken
+ * between one and two windows ago (or at the first reservation).
+ */
+#define RATE_WINDOW_US	INT64CONST(60000000)
+
 typedef struct StatsShared
 {
-	LWLock	   *lock;			/* taken to claim a slot */
+	LWLock	   *lock;			/* taken to claim a slot, and to move the rate's samples */
+	TimestampTz started_at;		/* when the counts began: the server's start */
 	StatSlot	slots[STATS_SLOTS];
 } StatsShared;
 
@@ -71,6 +81,7 @@ CountsShmemInit(void)
 	{
 		memset(Shared, 0, sizeof(StatsShared));
 		Shared->lock = &(GetNamedLWLockTranche("sharded_seq"))->lock;
+		Shared->started_at = GetCurrentTimestamp();
 		for (int i = 0; i < STATS_SLOTS; i++)
 			for (int f = 0; f < NUM_STAT_FIELDS; f++)
 				pg_atomic_init_u64(&Shared->slots[i].v[f], 0);
@@ -176,6 +187,156 @@ StatsCount(ObjectKind kind, int32 id, StatField field, int64 n)
 		}
 		ls->v[field] += n;
 	}
+}
+
+/*
+ * A block of values was reserved on this server (node-wide, preloaded only).
+ * At most once a window, under the lock, the newer sample becomes the older
+ * and the count now the newer: the rate then spans one to two windows.
+ */
+void
+StatsNoteReserved(int32 seq_id, int64 values)
+{
+	StatSlot   *s;
+	uint64		total;
+	TimestampTz now;
+	TimestampTz t1;
+
+	if (Shared == NULL)
+		return;
+	s = SharedSlot(MyDatabaseId, KIND_SEQUENCE, seq_id, true);
+	if (s == NULL)
+		return;
+	total = pg_atomic_add_fetch_u64(&s->v[STAT_RESERVED], (uint64) values);
+	now = GetCurrentTimestamp();
+	t1 = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_RATE_T1]);
+	if (t1 != 0 && now - t1 < RATE_WINDOW_US)
+		return;
+	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
+	t1 = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_RATE_T1]);
+	if (t1 == 0)
+	{
+		/* the first block: counted from its own reservation on */
+		pg_atomic_write_u64(&s->v[STAT_RATE_T0], (uint64) now);
+		pg_atomic_write_u64(&s->v[STAT_RATE_R0], total - (uint64) values);
+		pg_atomic_write_u64(&s->v[STAT_RATE_T1], (uint64) now);
+		pg_atomic_write_u64(&s->v[STAT_RATE_R1], total - (uint64) values);
+	}
+	else if (now - t1 >= RATE_WINDOW_US)
+	{
+		pg_atomic_write_u64(&s->v[STAT_RATE_T0], (uint64) t1);
+		pg_atomic_write_u64(&s->v[STAT_RATE_R0], pg_atomic_read_u64(&s->v[STAT_RATE_R1]));
+		pg_atomic_write_u64(&s->v[STAT_RATE_T1], (uint64) now);
+		pg_atomic_write_u64(&s->v[STAT_RATE_R1], total);
+	}
+	LWLockRelease(Shared->lock);
+}
+
+/*
+ * Values reserved per second, from the older sample to now; false when
+ * unknown (not preloaded, nothing reserved since the start, or the sample is
+ * younger than a second: one block over a moment says nothing of a rate).
+ */
+bool
+StatsReserveRate(int32 seq_id, double *per_second)
+{
+	StatSlot   *s = Shared ? SharedSlot(MyDatabaseId, KIND_SEQUENCE, seq_id, false) : NULL;
+	TimestampTz t0;
+	uint64		r0;
+	uint64		now_count;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (s == NULL)
+		return false;
+	LWLockAcquire(Shared->lock, LW_SHARED);
+	t0 = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_RATE_T0]);
+	r0 = pg_atomic_read_u64(&s->v[STAT_RATE_R0]);
+	now_count = pg_atomic_read_u64(&s->v[STAT_RESERVED]);
+	LWLockRelease(Shared->lock);
+	if (t0 == 0 || now - t0 < USECS_PER_SEC || now_count < r0)
+		return false;
+	*per_second = (double) (now_count - r0) * USECS_PER_SEC / (double) (now - t0);
+	return true;
+}
+
+/*
+ * The age of a counter's memcached amount, from two stamps: the latest
+ * flush that found or took every amount older than its read (clean), and
+ * the oldest delivery since then (first; one not above clean is of an
+ * earlier round).  Deliveries stamp first, flushes raise clean.
+ */
+void
+StatsMcDelivered(int32 counter_id, TimestampTz since)
+{
+	StatSlot   *s;
+	uint64		old;
+
+	if (Shared == NULL)
+		return;
+	s = SharedSlot(MyDatabaseId, KIND_COUNTER, counter_id, true);
+	if (s == NULL)
+		return;
+	old = pg_atomic_read_u64(&s->v[STAT_MC_FIRST]);
+	for (;;)
+	{
+		TimestampTz clean = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_MC_CLEAN]);
+
+		/* an older delivery of this round stamped it already */
+		if ((TimestampTz) old > clean && (TimestampTz) old <= since)
+			return;
+		if (pg_atomic_compare_exchange_u64(&s->v[STAT_MC_FIRST], &old, (uint64) since))
+			return;
+	}
+}
+
+void
+StatsMcCleaned(int32 counter_id, TimestampTz read_at)
+{
+	StatSlot   *s;
+	uint64		old;
+
+	if (Shared == NULL)
+		return;
+	s = SharedSlot(MyDatabaseId, KIND_COUNTER, counter_id, true);
+	if (s == NULL)
+		return;
+	old = pg_atomic_read_u64(&s->v[STAT_MC_CLEAN]);
+	while ((TimestampTz) old < read_at &&
+		   !pg_atomic_compare_exchange_u64(&s->v[STAT_MC_CLEAN], &old, (uint64) read_at))
+		;
+}
+
+/*
+ * A time no amount in a counter's memcached key is older than: the oldest
+ * delivery since the last clean flush, else that flush's read, else the
+ * server's start.  Amounts memcached kept across a restart of the server
+ * are dated by deliveries since, until the worker's first round flushes
+ * them.  0 if not preloaded.
+ */
+TimestampTz
+StatsMcOldest(int32 counter_id)
+{
+	StatSlot   *s;
+	TimestampTz clean;
+	TimestampTz first;
+
+	if (Shared == NULL)
+		return 0;
+	s = SharedSlot(MyDatabaseId, KIND_COUNTER, counter_id, false);
+	if (s == NULL)
+		return Shared->started_at;
+	clean = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_MC_CLEAN]);
+	first = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_MC_FIRST]);
+	if (first > clean)
+		return first;
+	return clean != 0 ? clean : Shared->started_at;
+}
+
+/* When the shared counts began (the server's start), or 0 if not preloaded. */
+TimestampTz
+StatsStartedAt(void)
+{
+	return Shared ? Shared->started_at : 0;
 }
 
 static void

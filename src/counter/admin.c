@@ -11,6 +11,7 @@
 
 #include "access/xact.h"
 #include "access/htup_details.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -550,6 +551,61 @@ counter_pending(PG_FUNCTION_ARGS)
 		!MemcachedPending(id, &amount))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(amount + SlotPending(id));
+}
+
+/*
+ * counter_backlog(id): what monitoring reads of a counter's write-behind:
+ * (pending_shared, pending_memcached, oldest_pending_at).  The oldest is a
+ * time no pending amount is older than: the shared-memory slot stamps its
+ * first amount after each emptying, and a counter's memcached key is
+ * dated by its flushes and deliveries (StatsMcOldest).  NULL where
+ * unreadable: for others' counters (but to pg_read_all_stats, as
+ * sequence_usage), memcached's part when it cannot be read, the oldest when
+ * nothing is pending.
+ */
+PG_FUNCTION_INFO_V1(counter_backlog);
+Datum
+counter_backlog(PG_FUNCTION_ARGS)
+{
+	int32		id = PG_GETARG_INT32(0);
+	TupleDesc	desc;
+	Datum		values[3];
+	bool		nulls[3] = {true, true, true};
+	CounterConfigRow row;
+	TimestampTz oldest = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "counter_backlog must return a row");
+	if ((CounterReadable(id) || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS)) &&
+		FetchCounterConfig(NULL, id, &row))
+	{
+		TimestampTz since;
+		int64		shared = SlotPendingSince(id, &since);
+		int64		mc = 0;
+
+		values[0] = Int64GetDatum(shared);
+		nulls[0] = false;
+		if (shared > 0)
+			oldest = since;
+		if (row.mode != MODE_MEMCACHED || MemcachedPending(id, &mc))
+		{
+			values[1] = Int64GetDatum(mc);
+			nulls[1] = false;
+		}
+		if (mc > 0)
+		{
+			TimestampTz mc_since = StatsMcOldest(id);
+
+			if (mc_since != 0 && (oldest == 0 || mc_since < oldest))
+				oldest = mc_since;
+		}
+		if (oldest != 0)
+		{
+			values[2] = TimestampTzGetDatum(oldest);
+			nulls[2] = false;
+		}
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }
 
 /* (used, total, refused) of the shared-memory slot table */

@@ -109,6 +109,7 @@ extern void CounterSetInXact(void);
 extern bool SlotsAvailable(void);
 extern bool SlotReserve(int32 counter_id, int64 amount, bool forward);
 extern int64 SlotPending(int32 counter_id);
+extern int64 SlotPendingSince(int32 counter_id, TimestampTz *since);
 extern int64 SlotTake(Oid install, int32 counter_id);
 extern void SlotsUsage(int *used, int *total, int64 *refused);
 extern bool SlotsTakenInXact(void);
@@ -116,7 +117,7 @@ extern void SlotsXactCommit(void);
 extern void SlotsXactAbort(void);
 extern void SlotsSubXact(bool aborted, SubTransactionId subid,
 						  SubTransactionId parent);
-extern int64 SlotForwardTake(Oid install, int32 counter_id, void **slot);
+extern int64 SlotForwardTake(Oid install, int32 counter_id, void **slot, TimestampTz *since);
 
 typedef enum SlotFreezeResult
 {
@@ -127,7 +128,7 @@ typedef enum SlotFreezeResult
 
 extern SlotFreezeResult SlotFreeze(int32 counter_id, int wait_ms);
 extern bool SlotsFrozenInXact(void);
-extern void SlotForwardEnd(void *slot, int64 give_back);
+extern void SlotForwardEnd(void *slot, int64 give_back, TimestampTz since);
 
 /* layout.c: layout words, the net epoch, foreign rows */
 #define LAYOUT_UNKNOWN	PG_UINT64_MAX

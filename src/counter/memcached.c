@@ -28,6 +28,7 @@
 #include "storage/lock.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/snapmgr.h"
 
 #include "counter/counter_internal.h"
@@ -57,6 +58,9 @@ typedef struct Amount
 								 * leftovers taken by set_counter: the set's */
 	bool		taken;			/* leftovers: written, or absorbed by a set, by
 								 * the current xact */
+	TimestampTz since;			/* to memcached: none of it is older (0: now) */
+	TimestampTz clean_at;		/* give-backs: the flush took every amount
+								 * older than this (0: not all) */
 	struct Amount *next;
 } Amount;
 
@@ -191,16 +195,22 @@ NoteKeyMade(Amount *a)
 static McResult
 Deliver(Amount *a)
 {
+	McResult	r;
+
 	if (!a->made)
 	{
-		McResult	r = McAdd(a->key, 0, 0);
+		r = McAdd(a->key, 0, 0);
 
 		/* whatever became of the add (of 0), no amount was sent: not lost */
 		if (r != MC_OK && r != MC_EXISTS)
 			return MC_DOWN;
 		NoteKeyMade(a);
 	}
-	return McIncrQuiet(a->key, a->amount);
+	r = McIncrQuiet(a->key, a->amount);
+	/* sent, or maybe: the key's amount may now be this old (monitoring) */
+	if (r != MC_DOWN)
+		StatsMcDelivered(a->counter_id, a->since != 0 ? a->since : GetCurrentTimestamp());
+	return r;
 }
 
 /*
@@ -349,6 +359,9 @@ MemcachedXactCommit(void)
 		Amount	   *gb = GiveBacks;
 
 		GiveBacks = gb->next;
+		/* the flush is in the rows: nothing older than its read is left */
+		if (gb->clean_at != 0)
+			StatsMcCleaned(gb->counter_id, gb->clean_at);
 		pfree(gb);
 	}
 	ShrinkAmounts();
@@ -657,26 +670,35 @@ MemcachedFlush(int32 counter_id, int32 shard, const char *name, bool wait)
 	McResult	r;
 	Amount	   *gb;
 	CounterApplyResult applied;
+	TimestampTz read_at;
+	bool		all;
 
 	EnsureExitCallback();
 	/* nothing to move: take no lock (flush_counters may visit every counter) */
+	read_at = GetCurrentTimestamp();
 	r = McGet(key, &amount);
 	if (r == MC_MISSING || (r == MC_OK && amount <= 0))
+	{
+		StatsMcCleaned(counter_id, read_at);
 		return 0;
+	}
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, SHARDED_SEQ_FLUSH_CLASS, (uint32) counter_id, 2);
 	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
 		return -1;
+	read_at = GetCurrentTimestamp();
 	r = McGet(key, &amount);
-	if (r == MC_MISSING)
+	if (r == MC_MISSING || (r == MC_OK && amount <= 0))
+	{
+		StatsMcCleaned(counter_id, read_at);
 		return 0;
+	}
 	if (r != MC_OK)
 	{
 		StatsCount(KIND_COUNTER, counter_id, STAT_ERRORS, 1);
 		return -1;
 	}
-	if (amount <= 0)
-		return 0;
 	/* at most what one decrement can take; the rest waits for the next flush */
+	all = amount <= (int64) MC_MAX_DELTA;
 	amount = Min(amount, (int64) MC_MAX_DELTA);
 
 	/*
@@ -687,6 +709,7 @@ MemcachedFlush(int32 counter_id, int32 shard, const char *name, bool wait)
 	 */
 	gb = NewAmount(counter_id, shard, name, (uint64) amount, CounterSetCount(counter_id));
 	gb->subid = GetCurrentSubTransactionId();
+	gb->clean_at = all ? read_at : 0;
 	/* taken out first: a read may then miss it for a moment, never count it twice */
 	if (McDecr(key, (uint64) amount, &left) != MC_OK)
 	{
@@ -772,7 +795,8 @@ MemcachedForward(Oid install, int32 counter_id)
 {
 	Amount	   *a = NewAmount(counter_id, 0, "", 0, 0);
 	void	   *slot;
-	int64		amount = SlotForwardTake(install, counter_id, &slot);
+	TimestampTz since;
+	int64		amount = SlotForwardTake(install, counter_id, &slot, &since);
 	McResult	r;
 
 	if (amount == 0)
@@ -781,14 +805,15 @@ MemcachedForward(Oid install, int32 counter_id)
 		return 0;
 	}
 	a->amount = Min((uint64) amount, MC_MAX_DELTA);
+	a->since = since;
 	r = Deliver(a);
 	if (r == MC_DOWN)
 	{
-		SlotForwardEnd(slot, amount);
+		SlotForwardEnd(slot, amount, since);
 		pfree(a);
 		return 0;
 	}
-	SlotForwardEnd(slot, amount - (int64) a->amount);
+	SlotForwardEnd(slot, amount - (int64) a->amount, since);
 	/* more than one request can carry: the rest goes at the next forward */
 	if (amount > (int64) a->amount)
 		RegistryForwardNews();

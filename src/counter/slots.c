@@ -69,7 +69,9 @@ typedef struct BufferSlot
 								 * forwards the amount to memcached */
 	pg_atomic_uint32 frozen;	/* pid of a set_counter in progress, or 0:
 								 * commits go to the rows meanwhile */
-	char		pad[PG_CACHE_LINE_SIZE - 40];	/* one slot per cache line */
+	pg_atomic_uint64 since;		/* pending holds nothing older (monitoring;
+								 * meaningful while pending > 0) */
+	char		pad[PG_CACHE_LINE_SIZE - 48];	/* one slot per cache line */
 } BufferSlot;
 
 StaticAssertDecl(sizeof(BufferSlot) == PG_CACHE_LINE_SIZE,
@@ -92,6 +94,7 @@ typedef struct Taken
 {
 	BufferSlot *slot;			/* pinned while listed */
 	uint64		amount;
+	TimestampTz since;			/* the slot's, when taken */
 	SubTransactionId subid;
 	struct Taken *next;
 } Taken;
@@ -163,6 +166,7 @@ SlotsShmemInit(void)
 			pg_atomic_init_u32(&s->state, SLOT_FREE);
 			pg_atomic_init_u32(&s->pins, 0);
 			pg_atomic_init_u64(&s->pending, 0);
+			pg_atomic_init_u64(&s->since, 0);
 			pg_atomic_init_u32(&s->forward, 0);
 			pg_atomic_init_u32(&s->frozen, 0);
 			s->dbid = InvalidOid;
@@ -274,6 +278,7 @@ PinSlot(Oid install, int32 counter_id, bool claim)
 				s->counter_id = counter_id;
 				s->idle_rounds = 0;
 				pg_atomic_write_u64(&s->pending, 0);
+				pg_atomic_write_u64(&s->since, 0);
 				pg_atomic_write_u32(&s->forward, 0);
 				pg_atomic_write_u32(&s->frozen, 0);
 				pg_write_barrier();
@@ -294,6 +299,30 @@ static void
 Unpin(BufferSlot *s)
 {
 	pg_atomic_fetch_sub_u32(&s->pins, 1);
+}
+
+/*
+ * Every amount enters a slot here: a commit's (since 0: now), or one given
+ * back (since: when the slot had it before).  The first amount into an
+ * empty slot stamps when; an older one given back moves the stamp down.
+ */
+static void
+SlotAddPending(BufferSlot *s, uint64 amount, TimestampTz since)
+{
+	uint64		prev = pg_atomic_fetch_add_u64(&s->pending, amount);
+	uint64		old;
+
+	if (prev == 0)
+	{
+		pg_atomic_write_u64(&s->since, (uint64) (since != 0 ? since : GetCurrentTimestamp()));
+		return;
+	}
+	if (since == 0)
+		return;
+	old = pg_atomic_read_u64(&s->since);
+	while ((TimestampTz) old > since &&
+		   !pg_atomic_compare_exchange_u64(&s->since, &old, (uint64) since))
+		;
 }
 
 /*
@@ -366,6 +395,32 @@ SlotReserve(int32 counter_id, int64 amount, bool forward)
 	return true;
 }
 
+/*
+ * Committed amounts not yet in the rows, and (*since) a time none of them is
+ * older than (0 when nothing is pending): for monitoring.
+ */
+int64
+SlotPendingSince(int32 counter_id, TimestampTz *since)
+{
+	BufferSlot *s;
+	uint64		v;
+	TimestampTz t;
+
+	*since = 0;
+	if (Shared == NULL)
+		return 0;
+	s = FindSlot(MyDatabaseId, ConfigRelid("counter_config"), counter_id);
+	if (s == NULL)
+		return 0;
+	v = pg_atomic_read_u64(&s->pending);
+	t = (TimestampTz) pg_atomic_read_u64(&s->since);
+	if (!SlotIs(s, MyDatabaseId, ConfigRelid("counter_config"), counter_id) || v == 0)
+		return 0;
+	/* an amount between its add and its stamp: it is from now */
+	*since = t != 0 ? t : GetCurrentTimestamp();
+	return (int64) v;
+}
+
 /* Committed amounts not yet in the rows: 0 without a slot. */
 int64
 SlotPending(int32 counter_id)
@@ -424,6 +479,7 @@ SlotTake(Oid install, int32 counter_id)
 		pfree(t);
 		return 0;
 	}
+	t->since = (TimestampTz) pg_atomic_read_u64(&s->since);
 	amount = pg_atomic_exchange_u64(&s->pending, 0);
 	if (amount == 0)
 	{
@@ -488,12 +544,13 @@ SlotsForwardCandidates(Oid install, int32 **ids)
  * 0 (and no slot) if there is nothing.  Cannot fail.
  */
 int64
-SlotForwardTake(Oid install, int32 counter_id, void **slot)
+SlotForwardTake(Oid install, int32 counter_id, void **slot, TimestampTz *since)
 {
 	BufferSlot *s = PinSlot(install, counter_id, false);
 	uint64		amount;
 
 	*slot = NULL;
+	*since = 0;
 	if (s == NULL)
 		return 0;
 	/* a set_counter absorbs the slot: the amount stays for it */
@@ -502,6 +559,7 @@ SlotForwardTake(Oid install, int32 counter_id, void **slot)
 		Unpin(s);
 		return 0;
 	}
+	*since = (TimestampTz) pg_atomic_read_u64(&s->since);
 	amount = pg_atomic_exchange_u64(&s->pending, 0);
 	if (amount == 0)
 	{
@@ -513,12 +571,12 @@ SlotForwardTake(Oid install, int32 counter_id, void **slot)
 }
 
 void
-SlotForwardEnd(void *slot, int64 give_back)
+SlotForwardEnd(void *slot, int64 give_back, TimestampTz since)
 {
 	BufferSlot *s = (BufferSlot *) slot;
 
 	if (give_back > 0)
-		pg_atomic_fetch_add_u64(&s->pending, (uint64) give_back);
+		SlotAddPending(s, (uint64) give_back, since);
 	Unpin(s);
 }
 
@@ -853,7 +911,7 @@ SlotsXactCommit(void)
 		ToAdd	   *a = AddList;
 
 		AddList = a->next;
-		pg_atomic_fetch_add_u64(&a->slot->pending, a->amount);
+		SlotAddPending(a->slot, a->amount, 0);
 		/* after the add: a forwarding that clears the news then sees it */
 		if (a->forward)
 			RegistryForwardNews();
@@ -889,7 +947,7 @@ SlotsXactAbort(void)
 		Taken	   *t = TakenList;
 
 		TakenList = t->next;
-		pg_atomic_fetch_add_u64(&t->slot->pending, t->amount);
+		SlotAddPending(t->slot, t->amount, t->since);
 		Unpin(t->slot);
 		pfree(t);
 	}
@@ -912,7 +970,7 @@ SlotsSubXact(bool aborted, SubTransactionId subid, SubTransactionId parent)
 		else if (aborted)
 		{
 			*link = t->next;
-			pg_atomic_fetch_add_u64(&t->slot->pending, t->amount);
+			SlotAddPending(t->slot, t->amount, t->since);
 			Unpin(t->slot);
 			pfree(t);
 		}

@@ -19,6 +19,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "common/int.h"
@@ -936,14 +937,13 @@ sequence_readable(PG_FUNCTION_ARGS)
 }
 
 /*
- * The view's reserved_high_water: NULL if nothing is reserved yet, and for a
- * sequence the caller may not see the positions of (even called directly).
+ * The highest position a sequence reserved in its generation in force, or
+ * false when there is none, or when the current user may not see it
+ * (stats_readers: pg_read_all_stats may, for monitoring).
  */
-PG_FUNCTION_INFO_V1(sequence_high_water);
-Datum
-sequence_high_water(PG_FUNCTION_ARGS)
+bool
+SequenceHighWater(int32 id, bool stats_readers, int64 *high_water)
 {
-	int32		id = PG_GETARG_INT32(0);
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		args[1] = {Int32GetDatum(id)};
@@ -970,7 +970,8 @@ sequence_high_water(PG_FUNCTION_ARGS)
 		Oid			owner = DatumGetObjectId(SPI_getbinval(tup, desc, 5, &isnull));
 		Datum		acl = SPI_getbinval(tup, desc, 6, &isnull);
 
-		if (SequenceReadable(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller))
+		if (SequenceReadable(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller) ||
+			(stats_readers && has_privs_of_role(ctx.caller, ROLE_PG_READ_ALL_STATS)))
 		{
 			base = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 			high = GenerationHighWater(id, generation, base, shards, block);
@@ -978,7 +979,21 @@ sequence_high_water(PG_FUNCTION_ARGS)
 		}
 	}
 	EndAsOwner(&ctx);
-	if (!found || high < base)
+	*high_water = high;
+	return found && high >= base;
+}
+
+/*
+ * The view's reserved_high_water: NULL if nothing is reserved yet, and for a
+ * sequence the caller may not see the positions of (even called directly).
+ */
+PG_FUNCTION_INFO_V1(sequence_high_water);
+Datum
+sequence_high_water(PG_FUNCTION_ARGS)
+{
+	int64		high;
+
+	if (!SequenceHighWater(PG_GETARG_INT32(0), false, &high))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(high);
 }

@@ -52,6 +52,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "tcop/utility.h"
@@ -96,6 +97,8 @@ typedef struct SeqEntry
 	int64		block_base;		/* base of that generation */
 	int64		next;
 	int64		block_end;
+	int64		uncounted;		/* values handed out from blocks of our own,
+								 * not yet in STAT_SESSION_VALUES */
 
 	/* for sharded_currval, and the floor for later values */
 	bool		last_valid;
@@ -126,10 +129,40 @@ typedef struct SeqLast
 
 static HTAB *SeqLasts = NULL;
 
+static ObjectCache SeqCache;
+
+/*
+ * Values a session hands out from its own blocks are counted in the shared
+ * stats when the block ends, the entry goes, or the session exits: one
+ * count a block, not a shared write a value.
+ */
+static void
+CountSessionValues(SeqEntry *entry)
+{
+	if (entry->uncounted > 0)
+		StatsCount(KIND_SEQUENCE, entry->id, STAT_SESSION_VALUES, entry->uncounted);
+	entry->uncounted = 0;
+}
+
+static void
+CountSessionValuesAtExit(int code, Datum arg)
+{
+	HASH_SEQ_STATUS status;
+	SeqEntry   *entry;
+
+	if (SeqCache.table == NULL)
+		return;
+	hash_seq_init(&status, SeqCache.table);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		CountSessionValues(entry);
+}
+
 static void
 EvictSequence(CacheEntry *e)
 {
 	SeqEntry   *entry = (SeqEntry *) e;
+
+	CountSessionValues(entry);
 
 	if (entry->acl)
 		pfree(entry->acl);
@@ -180,6 +213,7 @@ RestoreLast(SeqEntry *entry)
 static ObjectCache SeqCache = {
 	"sharded_seq sequences", KIND_SEQUENCE, sizeof(SeqEntry), EvictSequence
 };
+
 static uint32 SessionSalt = 0;
 
 /*
@@ -532,11 +566,20 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 	 * block unused: the callers install or publish it only after we return.
 	 */
 	WaitForSyncStandbys(lsn, entry->cache.name);
+	StatsNoteReserved(entry->id, *last - *first + 1);
 }
 
 static void
 UseRange(SeqEntry *entry, int64 first, int64 last)
 {
+	static bool exit_counting = false;
+
+	if (!exit_counting)
+	{
+		before_shmem_exit(CountSessionValuesAtExit, (Datum) 0);
+		exit_counting = true;
+	}
+	CountSessionValues(entry);
 	entry->next = first;
 	entry->block_end = last;
 	entry->block_generation = entry->generation;
@@ -838,6 +881,7 @@ sharded_nextval(PG_FUNCTION_ARGS)
 		entry->have_block = false;
 	else
 		entry->next++;
+	entry->uncounted++;
 	goto done;
 
 hand_out:

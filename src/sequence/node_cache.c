@@ -640,6 +640,7 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	lsn = FlushShardReservation(relid);
 	/* an error leaves the block unpublished: nobody uses it */
 	WaitForSyncStandbys(lsn, name);
+	StatsNoteReserved(id, out->count);
 	/* stamped with the state it was waited for under, if that held still */
 	out->sync = SyncStamp() == stamp ? stamp : SYNC_UNSURE;
 	return true;
@@ -1007,6 +1008,40 @@ NodeCachePrefetch(void)
 /* ---- the sequences view ---- */
 
 /*
+ * Values the node cache of this server handed out for a sequence of this
+ * database: those of finished blocks (counted) and of the current one.
+ * *has_entry: the sequence holds an entry now.  0 without the node cache.
+ */
+int64
+NodeCacheValuesOut(int32 id, bool *has_entry)
+{
+	NodeKey		key;
+	NodeHashEnt *h;
+	int64		counts[NUM_STAT_FIELDS];
+	int64		live = 0;
+
+	*has_entry = false;
+	if (NodeShared == NULL)
+		return 0;
+	key = MakeKey(MyDatabaseId, ConfigRelid("sequence_config"), id);
+	LWLockAcquire(NodeShared->lock, LW_SHARED);
+	h = hash_search(NodeHash, &key, HASH_FIND, NULL);
+	if (h)
+	{
+		NodeEntry  *e = EntryAt(h->index);
+		uint64		state = pg_atomic_read_u64(&e->state);
+		NodeBlock	blk;
+
+		if (ReadSlot(e, state >> OFF_BITS, pg_atomic_read_u64(&e->incarnation), &blk) == SLOT_OK)
+			live = UsedOf(state, blk.count);
+		*has_entry = true;
+	}
+	LWLockRelease(NodeShared->lock);
+	StatsRead(KIND_SEQUENCE, id, counts);
+	return counts[STAT_NODE_HITS] + live;
+}
+
+/*
  * sequence_cache(seq_id, tier, cache): the cache in force for a sequence of
  * this database ('node' when the node cache is there, the sequence is of
  * the database tier with cache 'node', and it holds an entry or one is
@@ -1030,30 +1065,17 @@ sequence_cache(PG_FUNCTION_ARGS)
 		elog(ERROR, "sequence_cache must return a row");
 	if (NodeShared != NULL)
 	{
-		NodeKey		key = MakeKey(MyDatabaseId, ConfigRelid("sequence_config"), id);
-		bool		readable = SequenceIdReadable(id);
-		NodeHashEnt *h;
-		int64		counts[NUM_STAT_FIELDS] = {0};
-		int64		live = 0;
+		bool		has_entry;
+		int64		out = NodeCacheValuesOut(id, &has_entry);
 
-		LWLockAcquire(NodeShared->lock, LW_SHARED);
-		h = hash_search(NodeHash, &key, HASH_FIND, NULL);
-		if (h)
-		{
-			NodeEntry  *e = EntryAt(h->index);
-			uint64		state = pg_atomic_read_u64(&e->state);
-			NodeBlock	blk;
-
-			if (ReadSlot(e, state >> OFF_BITS, pg_atomic_read_u64(&e->incarnation), &blk) == SLOT_OK)
-				live = UsedOf(state, blk.count);
-		}
 		node = strcmp(tier, "database") == 0 && strcmp(cache, "node") == 0 &&
-			(h != NULL || NodeShared->nfree > 0);
-		LWLockRelease(NodeShared->lock);
-		if (readable)
+			(has_entry || NodeShared->nfree > 0);
+		if (SequenceIdReadable(id))
 		{
+			int64		counts[NUM_STAT_FIELDS];
+
 			StatsRead(KIND_SEQUENCE, id, counts);
-			values[1] = Int64GetDatum(counts[STAT_NODE_HITS] + live);
+			values[1] = Int64GetDatum(out);
 			values[2] = Int64GetDatum(counts[STAT_NODE_RESERVATIONS]);
 			values[3] = Int64GetDatum(counts[STAT_NODE_WAITS]);
 			values[4] = Int64GetDatum(counts[STAT_NODE_FULL]);

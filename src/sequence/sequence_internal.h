@@ -15,6 +15,7 @@ extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
 extern XLogRecPtr FlushShardReservation(Oid relid);
 extern Oid	LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard);
 extern bool SequenceIdReadable(int32 seq_id);
+extern bool SequenceHighWater(int32 id, bool stats_readers, int64 *high_water);
 extern void LockSequenceDraws(int32 seq_id);
 extern bool AdvanceSequenceAbove(OwnerContext *ctx, const char *name, int64 min_base,
 								 int64 *start);
@@ -77,6 +78,7 @@ extern bool NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref);
 extern NodeDrawResult NodeCacheDraw(NodeRef *ref, int32 generation,
 									int64 *local, int32 *value_gen);
 extern void NodeCacheForget(Oid config_relid, int32 id);
+extern int64 NodeCacheValuesOut(int32 id, bool *has_entry);
 extern void NodeCacheLockReservations(int32 id);
 extern void NodeCacheUnlockReservations(int32 id);
 
