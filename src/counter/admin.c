@@ -390,10 +390,10 @@ set_counter(PG_FUNCTION_ARGS)
 
 	/*
 	 * memcached: take what it holds into the rows, where it is overwritten.
-	 * Read on this backend's connection: an amount a commit wrote on its own
-	 * (no-reply) connection just before releasing the lock may still be
-	 * unprocessed, and would count on top (src/counter/README.md: not
-	 * closed, a small window).
+	 * Read on this backend's connection: amounts that forwards and commits
+	 * wrote on theirs before letting go of the locks waited for above were
+	 * read back there first (ConfirmDelivered; the window left open is in
+	 * src/counter/README.md).
 	 */
 	if (mode == MODE_MEMCACHED && McEnabled())
 	{
