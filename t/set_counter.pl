@@ -19,6 +19,9 @@
 # point counter-memcached-decided): one committed before a set of another
 # session's is absorbed, at the next commit or at exit; one after the last
 # set counts; a set in its own session absorbs it, unless rolled back.
+# Then, on a fresh server and memcached: a transaction's increments around
+# its own set, memcached gone at its commit, count.  Last, two sets in one
+# transaction: in ascending counter id, or a deadlock whose hint says so.
 #
 # SSQ_SET_NAIVE=1 replaces each set by counter_incr(total - counter_value()),
 # the way without set_counter: the checks then fail (concurrent commits are
@@ -341,5 +344,78 @@ SELECT sharded_seq.create_counter('m', mode => 'memcached');
 });
 run($plain, 'plain', 8, qw(e m));
 $plain->stop;
+
+# 6. a transaction that increments before and after its own set of a
+# 'memcached' counter, memcached stopped between its last statement and its
+# COMMIT: its amount goes to the rows the set holds, and counts on top of the
+# set.  Sent to memcached after commit, it was lost (99, not 105): the
+# session's connection had just sent an amount, so it wrote the next one to
+# the dead server unchecked, an unknown outcome, never sent twice.  A fresh
+# memcached and server: the first stop of a server is the one that lost it.
+my $mc6 = ShardedSeq::Memcached->new;
+my $own = ssq_node('ownset', preload => 1,
+	conf => "sharded_seq.memcached_servers = '" . $mc6->servers . "'\n"
+	  . "sharded_seq.memcached_batch_delay = 0\n");
+$own->safe_psql($db, q{
+SELECT sharded_seq.create_counter('lo', mode => 'memcached'), sharded_seq.create_counter('lo_e');
+});
+$ls = $own->background_psql($db);
+$ls->query_safe("SELECT counter_incr('lo', 1)");
+$ls->query_safe("BEGIN; SELECT counter_incr('lo', 1); SELECT sharded_seq.set_counter('lo', 100); SELECT counter_incr('lo', 5)");
+$mc6->kill;
+$ls->query_safe('COMMIT');
+$mc6->start;
+is($ls->query_safe("SELECT counter_value('lo')"), 105,
+	'increments before and after the own set, memcached gone at commit: they count in the session');
+$ls->query_safe("SELECT counter_incr('lo_e', 1)");
+$ls->quit;
+$got = $own->safe_psql($db, "SELECT counter_value('lo')");
+note("RESULT incr 1, set to 100, incr 5 in one transaction, memcached gone at its commit: total=$got (want 105)");
+is($got, 105, '... and in the rows');
+
+# 7. two sets in one transaction against a commit that increments both
+# counters (it takes them in ascending id): in ascending id the commit waits
+# for the set's transaction and counts on top; in descending id the second set
+# waits for that commit, which waits for the first set: a deadlock.  The
+# commit's deadlock check runs (10 ms) before the set waits, and finds none,
+# so the set's finds it, and its hint gives the order.
+$own->safe_psql($db, q{
+SELECT sharded_seq.create_counter('dx'), sharded_seq.create_counter('dy');
+});
+my $ws = $own->background_psql($db, on_error_stop => 0);
+my $wc = $own->background_psql($db, on_error_stop => 0);
+my $wc_pid = $wc->query_safe('SELECT pg_backend_pid()');
+$wc->query_safe("SET deadlock_timeout = '10ms'");
+# the commit's, waiting for a lock for longer than its deadlock_timeout
+my $commit_waits = "SELECT count(*) > 0 FROM pg_catalog.pg_locks WHERE pid = $wc_pid"
+  . " AND NOT granted AND waitstart < pg_catalog.clock_timestamp() - interval '200 ms'";
+for my $order (['dx', 'dy'], ['dy', 'dx'])
+{
+	my ($first, $second) = @$order;
+	my $tag = "sets of $first then $second";
+	$own->safe_psql($db, "SELECT sharded_seq.set_counter('dx', 10), sharded_seq.set_counter('dy', 10)");
+	$ws->query_safe("BEGIN; SELECT sharded_seq.set_counter('$first', 0)");
+	$wc->query_until(qr/sent/, "\\echo sent\nBEGIN; SELECT counter_incr('dx', 1), counter_incr('dy', 1); COMMIT;\n");
+	ok($own->poll_query_until($db, $commit_waits), "$tag: the commit of both waits");
+	my ($out, $err) = bg_query($ws, "SELECT sharded_seq.set_counter('$second', 0)");
+	$ws->query('COMMIT');
+	$wc->query_safe('SELECT 1');    # the commit has returned
+	my $totals = $own->safe_psql($db, "SELECT counter_value('dx') || ',' || counter_value('dy')");
+	if ($first eq 'dx')
+	{
+		is($err, '', "$tag: the second set waits for nothing");
+		is($totals, '1,1', "$tag: the commit counts on top of both");
+	}
+	else
+	{
+		like($err, qr/deadlock detected/, "$tag: the second set deadlocks with the commit");
+		like($err, qr/HINT:  This transaction set a counter with a higher id before "dx".*one per transaction, or in the order they were created/s,
+			'... and its hint gives the order');
+		is($totals, '11,11', "$tag: the commit counts, the sets are rolled back");
+	}
+}
+$ws->quit;
+$wc->quit;
+$own->stop;
 
 done_testing();

@@ -103,7 +103,8 @@ extern MaintainResult MaintainCounterRows(int32 counter_id, int32 base, bool fol
 /* engine.c */
 extern void CounterDroppedInXact(int32 counter_id);
 extern int128 CounterPendingInXact(int32 counter_id);
-extern void CounterSetInXact(void);
+extern void CounterSetInXact(int32 counter_id);
+extern int32 CounterSetAbove(int32 counter_id);
 
 /* slots.c: the slot table both write-behind modes use */
 extern bool SlotsAvailable(void);

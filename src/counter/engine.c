@@ -165,6 +165,17 @@ static DroppedCounter *Dropped = NULL;	/* in TopTransactionContext */
 /* set_counter ran in this transaction (a rolled-back savepoint included) */
 static bool SetInXact = false;
 
+/* The counters it set, rolled-back savepoints included (TopTransactionContext). */
+typedef struct SetCounter
+{
+	int32		counter_id;
+	struct SetCounter *next;
+} SetCounter;
+
+static SetCounter *SetCounters = NULL;
+
+static bool CounterSetHere(int32 counter_id);
+
 static int128
 FramesSum(PendingCounter *pc)
 {
@@ -256,11 +267,47 @@ CounterPendingInXact(int32 counter_id)
 	return PendingAmount(counter_id);
 }
 
-/* set_counter ran: this transaction cannot be prepared (ApplyPending). */
+/*
+ * set_counter ran: this transaction cannot be prepared, and its own amounts
+ * of the counter go to the rows at its commit (ApplyPending).
+ */
 void
-CounterSetInXact(void)
+CounterSetInXact(int32 counter_id)
 {
+	SetCounter *sc;
+
 	SetInXact = true;
+	if (CounterSetHere(counter_id))
+		return;
+	sc = MemoryContextAlloc(TopTransactionContext, sizeof(SetCounter));
+	sc->counter_id = counter_id;
+	sc->next = SetCounters;
+	SetCounters = sc;
+}
+
+/*
+ * The highest id above counter_id this transaction set, or 0.  Commits take
+ * counters in ascending id: a set below one already set here can close a
+ * cycle with a commit of both (README.md, "Setting a counter").
+ */
+int32
+CounterSetAbove(int32 counter_id)
+{
+	int32		above = 0;
+
+	for (SetCounter *sc = SetCounters; sc; sc = sc->next)
+		if (sc->counter_id > counter_id && sc->counter_id > above)
+			above = sc->counter_id;
+	return above;
+}
+
+static bool
+CounterSetHere(int32 counter_id)
+{
+	for (SetCounter *sc = SetCounters; sc; sc = sc->next)
+		if (sc->counter_id == counter_id)
+			return true;
+	return false;
 }
 
 /* drop_counter: this transaction's increments of it go nowhere, if it commits. */
@@ -572,6 +619,19 @@ ApplyPending(bool preparing)
 					 errdetail("This transaction's increments add up to more than a bigint."),
 					 errhint("The transaction was rolled back.  Commit in smaller transactions.")));
 		amount = (int64) item->amount;
+
+		/*
+		 * A counter this transaction set: its rows are locked by the set, and
+		 * its amount must count on top of it.  Left over in memcached's
+		 * place, it would carry the set count from before the set, which
+		 * this commit moves: it would be dropped as absorbed.  (A set undone
+		 * by a savepoint: the rows are right all the same.)
+		 */
+		if (CounterSetHere(item->counter_id))
+		{
+			ApplyToRows(item, amount);
+			continue;
+		}
 		/*
 		 * A prepared commit may finish in another backend: it goes to the
 		 * rows.  Without batching, TryBuffer looks the counter up itself,
@@ -614,6 +674,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			ClearPending();		/* its frames go with TopTransactionContext */
 			SetInXact = false;
+			SetCounters = NULL;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactCommit();
@@ -622,6 +683,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 			ClearPending();
 			SetInXact = false;
+			SetCounters = NULL;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactCommit();	/* nothing was reserved or taken */
@@ -631,6 +693,7 @@ CounterXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			ClearPending();
 			SetInXact = false;
+			SetCounters = NULL;
 			Dropped = NULL;
 			LayoutXactEnd();
 			SlotsXactAbort();

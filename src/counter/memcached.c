@@ -214,8 +214,40 @@ Deliver(Amount *a)
 }
 
 /*
+ * Wait until memcached has processed this backend's quiet requests to a's
+ * key: a read on the same connection is answered after them.  memcached
+ * orders requests per connection only, so a set_counter (or alter_counter)
+ * that gets the lock next and reads the key on its own connection could
+ * otherwise read it without the amount, which would then count on top of the
+ * set.  Uses libmemcached only: safe after commit; a failure changes nothing.
+ */
+static void
+ConfirmDelivered(Amount *a)
+{
+	int64		ignored;
+
+	(void) McGetAfterOwn(a->key, &ignored);
+}
+
+/*
+ * Does a transaction wait for the counter's commit lock this commit holds
+ * (taken in Share by TryBuffer)?  Only then is a delivery confirmed: a round
+ * trip on every commit would cost what the quiet request saves.  Lock-table
+ * access only: safe after commit.
+ */
+static bool
+CommitLockWaited(Amount *a)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, MyDatabaseId, a->install, (uint32) a->counter_id, 0);
+	return LockHasWaiters(&tag, ShareLock, false);
+}
+
+/*
  * Deliver a node, counting a success as a hit if count_hit; keep it as a
- * leftover if no server took it, else free it.
+ * leftover if no server took it, else free it.  A commit's amount (count_hit)
+ * is confirmed when a transaction waits for the counter's commit lock.
  */
 static void
 DeliverOrKeep(Amount *a, bool count_hit)
@@ -248,7 +280,11 @@ DeliverOrKeep(Amount *a, bool count_hit)
 	if (r != MC_OK)
 		StatsCount(KIND_COUNTER, a->counter_id, STAT_ERRORS, 1);
 	else if (count_hit)
+	{
 		StatsCount(KIND_COUNTER, a->counter_id, STAT_HITS, 1);
+		if (CommitLockWaited(a))
+			ConfirmDelivered(a);
+	}
 	pfree(a);
 }
 
@@ -813,6 +849,9 @@ MemcachedForward(Oid install, int32 counter_id)
 		pfree(a);
 		return 0;
 	}
+	/* in memcached before the worker lets a set_counter have the lock */
+	if (r == MC_OK)
+		ConfirmDelivered(a);
 	SlotForwardEnd(slot, amount - (int64) a->amount, since);
 	/* more than one request can carry: the rest goes at the next forward */
 	if (amount > (int64) a->amount)
