@@ -290,6 +290,7 @@ extern int32 SessionNodeId(void);
 
 extern void NodeIdForget(void);
 extern int32 NextObjectId(void);
+extern void AdvanceObjectIds(void);
 extern void NodeClaimCheck(void);
 extern int32 NodeShardBase(void);
 extern int64 SequenceNodeValue(int64 local, const char *seqname);
