@@ -1,13 +1,14 @@
 # The edges of a cutover across logical replication (issue 22): a
 # subscription made under 1.4 (its rows copied before the mark existed),
 # then ALTER EXTENSION UPDATE on both sides: the subscriber refuses to draw
-# (55000) until sharded_seq.cutover(); a timeout too long for the waits is
-# refused (22023); a cancelled call leaves no session waiting on the
-# publisher; after the call, create_sequence and create_counter get fresh
-# ids (object_id_seq is carried); and a subscription whose publisher has
-# this server's system identifier (itself, or a pg_basebackup copy) is
-# refused instead of stopping this server.  t/cutover.pl checks the cutover
-# itself under load.
+# (55000) until sharded_seq.cutover(), and to increment or set a counter
+# (its rows would be overwritten by the publisher's); a timeout too long
+# for the waits is refused (22023); a cancelled call leaves no session
+# waiting on the publisher; after the call, create_sequence and
+# create_counter get fresh ids (object_id_seq is carried); and a
+# subscription whose publisher has this server's system identifier
+# (itself, or a pg_basebackup copy) is refused instead of stopping this
+# server.  t/cutover.pl checks the cutover itself under load.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -31,6 +32,7 @@ SELECT sharded_seq.create_sequence('orders_id', block => 50);
 SELECT sharded_seq.create_counter('orders_c');
 CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT sharded_nextval('orders_id'), w int);
 INSERT INTO orders (w) SELECT 0 FROM generate_series(1, 500);
+SELECT counter_incr('orders_c', 500);
 CREATE PUBLICATION p FOR ALL TABLES;
 });
 # the subscriber: the schema as pg_dump -s has it (the shard sequences)
@@ -54,6 +56,14 @@ like($err, qr/ERROR:  55000: sharded sequence "orders_id" arrived by logical rep
   or diag "drawn: $out";
 is($pub->safe_psql('app', 'SELECT count(*) FROM sharded_seq.sequences WHERE positions_unknown'), '0',
 	'the publisher, which subscribes to nothing, is not marked');
+
+# 3. counters: an increment here would be overwritten by the publisher's rows
+for my $call ("counter_incr('orders_c')", "sharded_seq.set_counter('orders_c', 7)")
+{
+	($ret, $out, $err) = $sub->psql('app', "\\set VERBOSITY verbose\nSELECT $call");
+	like($err, qr/ERROR:  55000: counters of this database arrive by logical replication.*\n.*\n.*HINT:  .*sharded_seq\.cutover/s,
+		"before the call, the subscriber refuses $call");
+}
 
 # 7. a timeout the waits cannot take
 ($ret, $out, $err) = $sub->psql('app', "\\set VERBOSITY verbose\nSELECT * FROM sharded_seq.cutover('s', '30 days')");
@@ -86,6 +96,8 @@ is($pub->safe_psql('app', 'SELECT sharded_seq.cutover_resume()'), 't', 'the stop
 # 1 and 4. the call clears the mark; the object ids are carried
 my $max = $sub->safe_psql('app', 'SELECT max(id) FROM orders');
 like($sub->safe_psql('app', "SELECT sequence_name FROM sharded_seq.cutover('s')"), qr/^orders_id$/, 'cutover() runs');
+is($sub->safe_psql('app', "SELECT counter_incr('orders_c')"), '501',
+	'after the call, the subscriber increments on top of the total that arrived');
 $sub->safe_psql('app', 'DROP SUBSCRIPTION s');
 my $v = $sub->safe_psql('app', "SELECT sharded_nextval('orders_id')");
 ok($v > $max, "the subscriber draws above the publisher's values ($v > $max)");

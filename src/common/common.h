@@ -162,6 +162,7 @@ extern char *CutoverSystemText(void);
 extern bool CutoverRowFor(const char *system, XLogRecPtr *flushed);
 extern bool CutoverStopped(void);
 extern void CutoverStopCheck(void);
+extern void CutoverCounterCheck(void);
 extern void CutoverCheckPrivilege(const char *function);
 extern void WaitForTransactionsInFlight(void);
 
