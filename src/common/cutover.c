@@ -2,9 +2,10 @@
  * cutover.c
  *	  A server stopped by a cutover across logical replication: the row of
  *	  sharded_seq.cutover_stops keyed by its system identifier, the check the
- *	  engines make before handing out a value or taking an increment, the
- *	  wait for transactions in flight, and cutover_stop() / cutover_resume()
- *	  (run on the old primary).
+ *	  engines make before handing out a value or taking an increment (and,
+ *	  for counters, on a subscriber before its cutover), the wait for
+ *	  transactions in flight, and cutover_stop() / cutover_resume() (run on
+ *	  the old primary).
  *
  * The row replicates to the subscriber with the rest of the tables; there
  * another system identifier makes it mean nothing.  A session remembers that

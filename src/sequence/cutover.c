@@ -14,7 +14,9 @@
  * write-behind amounts and report each sequence's reserved high water, waits
  * until the subscription has applied that, and then advances every sequence
  * above the old primary's high water as advance_sequence does, clearing the
- * marks.
+ * marks, and moves object_id_seq above the ids that arrived.  A publisher
+ * with this server's system identifier (itself, a pg_basebackup copy) is
+ * refused: the stop it writes would stop this server too.
  */
 #include "postgres.h"
 
