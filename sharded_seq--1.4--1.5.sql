@@ -86,6 +86,15 @@ CREATE TRIGGER sequence_arrived
  FOR EACH ROW EXECUTE FUNCTION sharded_seq.sequence_arrived();
 ALTER TABLE sharded_seq.sequence_config ENABLE ALWAYS TRIGGER sequence_arrived;
 
+-- A subscription made before this update copied its publisher's rows with no
+-- trigger to mark them: if this database subscribes to sequence_config, every
+-- row may have come from the publisher, so all are marked (the owner clears a
+-- row of its own with advance_sequence).  A restored dump is not marked: it
+-- carries the shard sequences' positions too.
+UPDATE sharded_seq.sequence_config SET positions_unknown = true
+ WHERE EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
+                WHERE r.srrelid OPERATOR(pg_catalog.=) 'sharded_seq.sequence_config'::pg_catalog.regclass);
+
 -- Servers stopped by a cutover: a row keyed by this server's system
 -- identifier stops it from handing out sequence values and taking counter
 -- increments.  It replicates to the subscriber, where another system

@@ -163,6 +163,7 @@ extern char *CutoverSystemText(void);
 extern bool CutoverRowFor(const char *system, XLogRecPtr *flushed);
 extern bool CutoverStopped(void);
 extern void CutoverStopCheck(void);
+extern void CutoverCounterCheck(void);
 extern void CutoverCheckPrivilege(const char *function);
 extern void WaitForTransactionsInFlight(void);
 
@@ -307,6 +308,7 @@ extern int32 SessionNodeId(void);
 
 extern void NodeIdForget(void);
 extern int32 NextObjectId(void);
+extern void AdvanceObjectIds(void);
 extern void NodeClaimCheck(void);
 extern int32 NodeShardBase(void);
 extern int64 SequenceNodeValue(int64 local, const char *seqname);

@@ -2,9 +2,10 @@
  * cutover.c
  *	  A server stopped by a cutover across logical replication: the row of
  *	  sharded_seq.cutover_stops keyed by its system identifier, the check the
- *	  engines make before handing out a value or taking an increment, the
- *	  wait for transactions in flight, and cutover_stop() / cutover_resume()
- *	  (run on the old primary).
+ *	  engines make before handing out a value or taking an increment (and,
+ *	  for counters, on a subscriber before its cutover), the wait for
+ *	  transactions in flight, and cutover_stop() / cutover_resume() (run on
+ *	  the old primary).
  *
  * The row replicates to the subscriber with the rest of the tables; there
  * another system identifier makes it mean nothing.  A session remembers that
@@ -22,7 +23,9 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/indexing.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_subscription_rel.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -41,6 +44,7 @@
 #include "common/common.h"
 
 static uint64 NotStoppedEpoch = 0;	/* ConfigEpoch when found not stopped */
+static uint64 NotAwaitingEpoch = 0; /* ConfigEpoch when no cutover awaited */
 
 /* Does this schema have cutover_stops (1.5)? */
 bool
@@ -117,6 +121,81 @@ CutoverStopCheck(void)
 			 errmsg("sharded_seq on this server was stopped by a cutover"),
 			 errdetail("Another server took over its sequences and counters (sharded_seq.cutover() on the new primary); values drawn here now could be handed out twice."),
 			 errhint("Write to the new primary.  If the cutover was abandoned, SELECT sharded_seq.cutover_resume() here undoes the stop.")));
+}
+
+/*
+ * Does this database subscribe to sequence_config (it is the subscriber of
+ * a cutover) while no cutover() has completed?  One has when the old
+ * primary's row of cutover_stops, with its flushed_lsn, has arrived here;
+ * cutover_resume() there deletes it again.  Multi-primary groups never
+ * publish sequence_config.  Read directly, no SQL; remembered per
+ * ConfigEpoch when false (the apply worker's writes bump it).
+ */
+static bool
+CutoverAwaited(void)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	Snapshot	snapshot;
+	char	   *self;
+	bool		subscribed;
+	bool		done = false;
+
+	if (NotAwaitingEpoch == ConfigEpoch)
+		return false;
+	if (!CutoverStopsStored())
+		return false;
+	rel = table_open(SubscriptionRelRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_subscription_rel_srrelid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ConfigRelid("sequence_config")));
+	scan = systable_beginscan(rel, SubscriptionRelSrrelidSrsubidIndexId, true, NULL, 1, &key);
+	subscribed = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	if (!subscribed)
+	{
+		NotAwaitingEpoch = ConfigEpoch;
+		return false;
+	}
+
+	self = CutoverSystemText();
+	rel = table_open(ConfigRelid("cutover_stops"), AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan = systable_beginscan(rel, ConfigRelid("cutover_stops_pkey"), false, snapshot, 0, NULL);
+	while (!done && HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Datum		system = heap_getattr(tup, 1, RelationGetDescr(rel), &isnull);
+
+		(void) heap_getattr(tup, 3, RelationGetDescr(rel), &isnull);
+		done = !isnull && strcmp(TextDatumGetCString(system), self) != 0;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+	if (done)
+		NotAwaitingEpoch = ConfigEpoch;
+	return !done;
+}
+
+/*
+ * Refuse a counter increment or set on a stopped server, and on the
+ * subscriber of a cutover before cutover(): the publisher's counter rows
+ * replicate over this server's, so what is added here would be lost.
+ */
+void
+CutoverCounterCheck(void)
+{
+	CutoverStopCheck();
+	if (!CutoverAwaited())
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("counters of this database arrive by logical replication, and no cutover has been made"),
+			 errdetail("This database subscribes to sharded_seq.sequence_config: the publisher's counter rows would overwrite an increment made here."),
+			 errhint("Increment on the publisher, or SELECT sharded_seq.cutover('subscription_name') here first.")));
 }
 
 /* The publisher-side functions: a superuser or the extension's owner. */

@@ -524,3 +524,31 @@ NextObjectId(void)
 			return (int32) id;
 	}
 }
+
+/*
+ * Move object_id_seq above every id in the config tables.  A subscriber
+ * receives the publisher's rows but not its object_id_seq (a sequence), so
+ * its next create_sequence or create_counter would take an id in use
+ * (cutover(), advance_sequence()).  Runs in SPI, as the extension's owner.
+ */
+void
+AdvanceObjectIds(void)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {INT4OID};
+	int32		node = SessionNodeId();
+	Datum		args[1] = {Int32GetDatum(node == 0 ? 1 : NODE_SHARDS)};
+
+	/* node 0 makes id k; node n makes n + NODE_SHARDS * k */
+	PreparePlan(&plan,
+				"SELECT pg_catalog.setval('sharded_seq.object_id_seq'::pg_catalog.regclass, x.k)"
+				"  FROM (SELECT pg_catalog.max(m) OPERATOR(pg_catalog./) $1 AS k"
+				"          FROM (SELECT pg_catalog.max(id) AS m FROM sharded_seq.sequence_config"
+				"                UNION ALL SELECT pg_catalog.max(id) FROM sharded_seq.counter_config) i) x,"
+				"       sharded_seq.object_id_seq s"
+				" WHERE x.k OPERATOR(pg_catalog.>) s.last_value"
+				"    OR (x.k OPERATOR(pg_catalog.=) s.last_value AND NOT s.is_called)",
+				1, types);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not advance sharded_seq.object_id_seq");
+}

@@ -329,6 +329,8 @@ set_counter(PG_FUNCTION_ARGS)
 				 errhint("Once every node's increments have arrived and none are made, add the difference with counter_incr().")));
 	/* its commit writes this node's rows: refuse now if they are not ours */
 	NodeClaimCheck();
+	/* a cutover stopped this server, or one is awaited here */
+	CutoverCounterCheck();
 
 	BeginAsOwner(&ctx);
 	mode = FetchCounterForSet(ctx.caller, name, &row);

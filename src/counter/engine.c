@@ -822,8 +822,8 @@ counter_incr(PG_FUNCTION_ARGS)
 	CheckCounterPrivilege(entry, ACL_UPDATE);
 	/* its commit writes this node's rows: refuse now if they are not ours */
 	NodeClaimCheck();
-	/* a cutover stopped this server: the new primary counts from now on */
-	CutoverStopCheck();
+	/* a cutover stopped this server, or one is awaited here */
+	CutoverCounterCheck();
 	total = VisibleTotal(entry, delta, false, &refs, &nrefs);
 	AddPending(entry, delta, refs, nrefs);
 	PG_RETURN_INT64(total);

@@ -792,6 +792,8 @@ advance_sequence(PG_FUNCTION_ARGS)
 	/* above past in this node's local positions (past + 1 on node 0) */
 	if (!AdvanceSequenceAbove(&ctx, name, SequenceNodeLocal(past, true, name, "past"), NULL))
 		ReportNotFound(KIND_SEQUENCE, name);
+	/* the old primary is gone: its object ids are taken here too */
+	AdvanceObjectIds();
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
 }

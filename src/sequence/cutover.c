@@ -14,7 +14,9 @@
  * write-behind amounts and report each sequence's reserved high water, waits
  * until the subscription has applied that, and then advances every sequence
  * above the old primary's high water as advance_sequence does, clearing the
- * marks.
+ * marks, and moves object_id_seq above the ids that arrived.  A publisher
+ * with this server's system identifier (itself, a pg_basebackup copy) is
+ * refused: the stop it writes would stop this server too.
  */
 #include "postgres.h"
 
@@ -293,6 +295,12 @@ cutover(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("timeout must be positive"),
 				 errhint("Pass how long to wait for the subscription to catch up, e.g. '5 min'.")));
+	/* both waits take milliseconds in an int (statement_timeout there) */
+	if (timeout_ms > PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be at most %d milliseconds (about 24 days)", PG_INT32_MAX),
+				 errhint("Pass how long to wait for the subscription to catch up, e.g. '5 min'; the call may be repeated.")));
 
 	/* the old primary: stop it, then its high waters */
 	load_file("libpqwalreceiver", false);
@@ -311,6 +319,21 @@ cutover(PG_FUNCTION_ARGS)
 		TupleTableSlot *slot;
 		bool		isnull;
 		bool		has;
+		TimeLineID	tli;
+		char	   *remote_system = walrcv_identify_system(conn, &tli);
+
+		/*
+		 * The stop is keyed by the system identifier: written on this server
+		 * or on a physical copy of it (pg_basebackup), it would stop this
+		 * server too once it replicates here.
+		 */
+		if (strcmp(remote_system, CutoverSystemText()) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the publisher of subscription \"%s\" has this server's system identifier %s",
+							subname, remote_system),
+					 errdetail("It is this server or a physical copy of it (pg_basebackup); the stop sharded_seq.cutover() writes there would stop this server too."),
+					 errhint("A physical copy holds the shard positions as of the copy only: stop the writes on the old primary, then for each sequence SELECT sharded_seq.advance_sequence(name, past => <its reserved_high_water in sharded_seq.sequences there>).")));
 
 		res = RemoteQuery(conn, subname,
 						  "SELECT pg_catalog.to_regprocedure('sharded_seq.cutover_source()') IS NOT NULL",
@@ -331,6 +354,16 @@ cutover(PG_FUNCTION_ARGS)
 		res = RemoteQuery(conn, subname,
 						  psprintf("SELECT pg_catalog.set_config('statement_timeout', '" INT64_FORMAT "', false)",
 								   timeout_ms),
+						  1, text_type);
+		walrcv_clear_result(res);
+
+		/*
+		 * If this call is cancelled or fails, the disconnect below closes
+		 * the connection, but the backend there notices only when it checks
+		 * the socket: have it check every second while it waits.  Best
+		 * effort (not every platform supports it).
+		 */
+		res = walrcv_exec(conn, "SELECT pg_catalog.set_config('client_connection_check_interval', '1000', false)",
 						  1, text_type);
 		walrcv_clear_result(res);
 
@@ -429,6 +462,8 @@ cutover(PG_FUNCTION_ARGS)
 		values[2] = Int64GetDatum(new_start);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	/* the publisher's object ids are in the config rows here now */
+	AdvanceObjectIds();
 	/* what arrived but the publisher no longer has stays refused */
 	if (SPI_execute("SELECT name FROM sharded_seq.sequence_config WHERE positions_unknown ORDER BY name",
 					true, 0) != SPI_OK_SELECT)
