@@ -150,15 +150,18 @@ COMMENT ON FUNCTION sharded_seq.cutover_resume() IS 'undo cutover_stop() on this
 
 -- What each column adopt_column switched was before (none, serial, identity
 -- always, identity by default), so that release_column makes it that again.
--- Written only by those functions, as the extension's owner; dumped.
+-- Keyed by attnum (a renamed column keeps its record; column_name is the
+-- name at adoption, for display).  Written only by those functions, as the
+-- extension's owner, which also remove the records of dropped columns; dumped.
 CREATE TABLE sharded_seq.adopted_columns (
     table_name    pg_catalog.regclass NOT NULL,
     column_name   name NOT NULL,
+    attnum        smallint NOT NULL,
     sequence_name text NOT NULL,
     previous      text NOT NULL
                   CHECK (previous OPERATOR(pg_catalog.=) ANY (ARRAY['none', 'serial', 'identity always', 'identity by default'])),
     adopted_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    PRIMARY KEY (table_name, column_name)
+    PRIMARY KEY (table_name, attnum)
 );
 SELECT pg_catalog.pg_extension_config_dump('sharded_seq.adopted_columns', '');
 REVOKE ALL ON sharded_seq.adopted_columns FROM PUBLIC;

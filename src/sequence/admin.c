@@ -842,18 +842,29 @@ drop_sequence(PG_FUNCTION_ARGS)
 }
 
 /*
- * release_column's end of a sharded sequence: drop it (the caller must own
- * it) and return the highest value it may ever have handed out on this
- * node.
+ * release_column's end of a sharded sequence: the highest value it may ever
+ * have handed out on this node, and drop it (the caller must own it) unless
+ * another column still draws from it.
  */
 int64
-DropSequenceHighWater(const char *name)
+DropSequenceHighWater(const char *name, bool drop)
 {
 	OwnerContext ctx;
 	int64		high;
+	SeqRow		row;
 
 	BeginAdmin(&ctx);
-	high = DropOwnedSeq(&ctx, name);
+	if (drop)
+		high = DropOwnedSeq(&ctx, name);
+	else
+	{
+		if (!FetchSeqRow(name, &row, true))
+			ReportNotFound(KIND_SEQUENCE, name);
+		/* wait for reservations in progress; others may draw on after */
+		LockSequenceDraws(row.id);
+		high = GenerationHighWater(row.id, row.generation, row.base, row.shards, row.block);
+		UnlockDatabaseObject(ConfigRelid("sequence_config"), row.id, 0, ExclusiveLock);
+	}
 	EndAsOwner(&ctx);
 	return SequenceNodeValue(high, name);
 }

@@ -9,8 +9,12 @@
  * holds new inserts until the change commits; they then plan again with the
  * new default.  Only then are max(column) and the old positions read, with a
  * fresh snapshot (so READ COMMITTED only), and the new start set above both.
- * The DDL runs with the caller's rights; only the record of what a column
- * was (adopted_columns) is written as the extension's owner.
+ * max(column) is read as the extension's owner with row security off: rows a
+ * policy hides from the caller hold values too.  The DDL runs with the
+ * caller's rights; a new sharded sequence is created as the table's owner
+ * (who can then give the column back), and the record of what a column was
+ * (adopted_columns, keyed by attnum: it survives a rename) is written as the
+ * extension's owner.
  */
 #include "postgres.h"
 
@@ -23,7 +27,9 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
@@ -43,6 +49,8 @@ static const char *const KindNames[] = {"none", "serial", "identity always", "id
 typedef struct ColumnFacts
 {
 	Oid			relid;
+	Oid			owner;			/* the table's */
+	int16		attnum;
 	char	   *table;			/* qualified and quoted */
 	char	   *relname;
 	Oid			nsp;
@@ -54,7 +62,15 @@ typedef struct ColumnFacts
 	Oid			seq;			/* the column's own sequence (serial, identity) */
 	bool		nextval_of_seq; /* the default is nextval(seq) */
 	char	   *sharded_name;	/* the default is sharded_nextval(this) */
+	char	   *ext_schema;		/* the extension's schema, quoted */
 } ColumnFacts;
+
+/*
+ * A default that draws from a sharded sequence, as pg_get_expr() prints it
+ * under the pinned search_path: [1] its schema (only the extension's
+ * counts), [2] the name with its quotes doubled.
+ */
+#define SHARDED_DEFAULT_RE "^(?:([^(]*)\\.)?sharded_nextval\\('((?:[^']|'')*)'::text\\)$"
 
 static char *
 QualifiedName(Oid relid)
@@ -88,6 +104,21 @@ RunDdl(const char *sql)
 		elog(ERROR, "could not run \"%s\"", sql);
 }
 
+/* The extension's schema, quoted as pg_get_expr() prints it. */
+static char *
+ExtensionSchema(void)
+{
+	bool		isnull;
+
+	if (SPI_execute("SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text)"
+					"  FROM pg_catalog.pg_extension e"
+					"  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace"
+					" WHERE e.extname OPERATOR(pg_catalog.=) 'sharded_seq'", false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not find the schema of extension sharded_seq");
+	return TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /*
  * The common prologue: check the arguments and the caller's ownership of
  * the table, lock it, and read what the column is.  Leaves SPI connected
@@ -105,8 +136,9 @@ BeginColumnChange(FunctionCallInfo fcinfo, const char *function, ColumnFacts *f)
 		"       s.seq,"
 		"       pg_catalog.pg_get_expr(d.adbin, d.adrelid) OPERATOR(pg_catalog.=)"
 		"         pg_catalog.format('nextval(%L::regclass)', s.seq::pg_catalog.regclass),"
-		"       pg_catalog.replace((pg_catalog.regexp_match(pg_catalog.pg_get_expr(d.adbin, d.adrelid), $3))[1],"
-		"                          '''''', '''')"
+		"       CASE WHEN m.m[1] IS NULL OR m.m[1] OPERATOR(pg_catalog.=) $4"
+		"            THEN pg_catalog.replace(m.m[2], '''''', '''') END,"
+		"       a.attnum, c.relowner"
 		"  FROM pg_catalog.pg_class c"
 		"  JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid"
 		"   AND a.attname OPERATOR(pg_catalog.=) $2 AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped"
@@ -114,9 +146,10 @@ BeginColumnChange(FunctionCallInfo fcinfo, const char *function, ColumnFacts *f)
 		"   AND d.adnum OPERATOR(pg_catalog.=) a.attnum"
 		"  CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_serial_sequence(c.oid::pg_catalog.regclass::pg_catalog.text,"
 		"          a.attname::pg_catalog.text)::pg_catalog.regclass::pg_catalog.oid AS seq) s"
+		"  LEFT JOIN LATERAL pg_catalog.regexp_match(pg_catalog.pg_get_expr(d.adbin, d.adrelid), $3) m(m) ON true"
 		" WHERE c.oid OPERATOR(pg_catalog.=) $1";
-	Oid			types[3] = {OIDOID, NAMEOID, TEXTOID};
-	Datum		args[3];
+	Oid			types[4] = {OIDOID, NAMEOID, TEXTOID, TEXTOID};
+	Datum		args[4];
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
@@ -175,10 +208,12 @@ BeginColumnChange(FunctionCallInfo fcinfo, const char *function, ColumnFacts *f)
 	f->qcolumn = (char *) quote_identifier(f->column);
 
 	SPI_connect();
+	f->ext_schema = ExtensionSchema();
 	args[0] = ObjectIdGetDatum(f->relid);
 	args[1] = PointerGetDatum(PG_GETARG_NAME(1));
-	args[2] = CStringGetTextDatum("^(?:[^(]*\\.)?sharded_nextval\\('((?:[^']|'')*)'::text\\)$");
-	if (SPI_execute_with_args(sql, 3, types, args, NULL, false, 1) != SPI_OK_SELECT)
+	args[2] = CStringGetTextDatum(SHARDED_DEFAULT_RE);
+	args[3] = CStringGetTextDatum(f->ext_schema);
+	if (SPI_execute_with_args(sql, 4, types, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read column \"%s\" of %s", f->column, f->table);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -227,14 +262,43 @@ BeginColumnChange(FunctionCallInfo fcinfo, const char *function, ColumnFacts *f)
 	f->nextval_of_seq = !isnull && DatumGetBool(d);
 	d = SPI_getbinval(tup, desc, 9, &isnull);
 	f->sharded_name = isnull ? NULL : TextDatumGetCString(d);
+	f->attnum = DatumGetInt16(SPI_getbinval(tup, desc, 10, &isnull));
+	f->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 11, &isnull));
 }
 
-/* max(column), as the caller; false for an empty table */
+/*
+ * max(column), false for an empty table.  As the extension's owner with row
+ * security off: a policy that hides rows from the caller (FORCE ROW LEVEL
+ * SECURITY) must not hide their values; where it would still apply, the
+ * query fails rather than count short.
+ */
 static bool
 ColumnMax(ColumnFacts *f, int64 *max)
 {
-	return QueryInt64(psprintf("SELECT pg_catalog.max(%s)::pg_catalog.int8 FROM ONLY %s",
-							   f->qcolumn, f->table), max);
+	OwnerContext ctx;
+	bool		found;
+
+	BeginAsOwner(&ctx);
+	(void) set_config_option("row_security", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	found = QueryInt64(psprintf("SELECT pg_catalog.max(%s)::pg_catalog.int8 FROM ONLY %s",
+								f->qcolumn, f->table), max);
+	EndAsOwner(&ctx);
+	return found;
+}
+
+/* nextval('name'::regclass) alone, as pg_get_expr() prints it */
+static bool
+IsPlainNextval(const char *expr)
+{
+	static const char prefix[] = "nextval('";
+	static const char suffix[] = "'::regclass)";
+	size_t		len = strlen(expr);
+
+	return len > strlen(prefix) + strlen(suffix) &&
+		strncmp(expr, prefix, strlen(prefix)) == 0 &&
+		strcmp(expr + len - strlen(suffix), suffix) == 0 &&
+		strchr(expr + strlen(prefix), '(') == NULL;
 }
 
 /* The default a sharded sequence gives: the function in the extension's schema. */
@@ -254,35 +318,76 @@ ShardedDefault(const char *name)
 	return TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-/* The record of what a column was, as the extension's owner. */
+/*
+ * The record of what a column was, as the extension's owner.  Records of
+ * dropped tables and columns go too: nothing else removes them.
+ */
 static void
 Record(ColumnFacts *f, const char *name, ColumnKind kind, bool keep)
 {
 	OwnerContext ctx;
-	Oid			types[4] = {OIDOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		args[4];
+	Oid			types[5] = {OIDOID, INT2OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[5];
 	const char *sql = keep ?
-		"INSERT INTO sharded_seq.adopted_columns (table_name, column_name, sequence_name, previous)"
-		" VALUES ($1::pg_catalog.regclass, $2, $3, $4)"
-		" ON CONFLICT (table_name, column_name) DO UPDATE"
-		" SET sequence_name = excluded.sequence_name, previous = excluded.previous,"
-		"     adopted_at = excluded.adopted_at" :
+		"INSERT INTO sharded_seq.adopted_columns (table_name, attnum, column_name, sequence_name, previous)"
+		" VALUES ($1::pg_catalog.regclass, $2, $3, $4, $5)"
+		" ON CONFLICT (table_name, attnum) DO UPDATE"
+		" SET column_name = excluded.column_name, sequence_name = excluded.sequence_name,"
+		"     previous = excluded.previous, adopted_at = excluded.adopted_at" :
 		"DELETE FROM sharded_seq.adopted_columns"
-		" WHERE table_name OPERATOR(pg_catalog.=) $1::pg_catalog.regclass AND column_name OPERATOR(pg_catalog.=) $2::pg_catalog.name";
+		" WHERE table_name OPERATOR(pg_catalog.=) $1::pg_catalog.regclass AND attnum OPERATOR(pg_catalog.=) $2";
 
 	args[0] = ObjectIdGetDatum(f->relid);
-	args[1] = CStringGetTextDatum(f->column);
-	args[2] = CStringGetTextDatum(name);
-	args[3] = CStringGetTextDatum(KindNames[kind]);
+	args[1] = Int16GetDatum(f->attnum);
+	args[2] = CStringGetTextDatum(f->column);
+	args[3] = CStringGetTextDatum(name);
+	args[4] = CStringGetTextDatum(KindNames[kind]);
 	BeginAsOwner(&ctx);
-	if (SPI_execute_with_args(sql, keep ? 4 : 2, types, args, NULL, false, 0) < 0)
+	if (SPI_execute_with_args(sql, keep ? 5 : 2, types, args, NULL, false, 0) < 0)
 		elog(ERROR, "could not record column \"%s\" of %s", f->column, f->table);
+	if (SPI_execute("DELETE FROM sharded_seq.adopted_columns c WHERE NOT EXISTS"
+					" (SELECT FROM pg_catalog.pg_attribute a"
+					"   WHERE a.attrelid OPERATOR(pg_catalog.=) c.table_name::pg_catalog.oid"
+					"     AND a.attnum OPERATOR(pg_catalog.=) c.attnum AND NOT a.attisdropped)",
+					false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not remove the records of dropped columns");
 	EndAsOwner(&ctx);
+}
+
+/*
+ * Does a column other than f's draw from sharded sequence name: by its
+ * record in adopted_columns, or by a default of its own (set by hand)?
+ */
+static bool
+SequenceUsedElsewhere(ColumnFacts *f, const char *name)
+{
+	Oid			types[5] = {OIDOID, INT2OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[5];
+	bool		isnull;
+
+	args[0] = ObjectIdGetDatum(f->relid);
+	args[1] = Int16GetDatum(f->attnum);
+	args[2] = CStringGetTextDatum(name);
+	args[3] = CStringGetTextDatum(SHARDED_DEFAULT_RE);
+	args[4] = CStringGetTextDatum(f->ext_schema);
+	if (SPI_execute_with_args("SELECT EXISTS (SELECT FROM sharded_seq.adopted_columns c"
+							  "   WHERE c.sequence_name OPERATOR(pg_catalog.=) $3"
+							  "     AND NOT (c.table_name::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
+							  "              AND c.attnum OPERATOR(pg_catalog.=) $2))"
+							  "    OR EXISTS (SELECT FROM pg_catalog.pg_attrdef d"
+							  "   CROSS JOIN LATERAL pg_catalog.regexp_match(pg_catalog.pg_get_expr(d.adbin, d.adrelid), $4) m(m)"
+							  "   WHERE NOT (d.adrelid OPERATOR(pg_catalog.=) $1 AND d.adnum OPERATOR(pg_catalog.=) $2)"
+							  "     AND (m.m[1] IS NULL OR m.m[1] OPERATOR(pg_catalog.=) $5)"
+							  "     AND pg_catalog.replace(m.m[2], '''''', '''') OPERATOR(pg_catalog.=) $3)",
+							  5, types, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not find the columns that draw from sharded sequence \"%s\"", name);
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 /* What the sharded sequence is, as the sequences view shows it to the caller. */
 static bool
-ShardedState(const char *name, int64 *start, int64 *high, int32 *shards, int32 *block)
+ShardedState(const char *name, int64 *start, int64 *high, int32 *shards, int32 *block,
+			 Oid *owner)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
@@ -300,8 +405,7 @@ ShardedState(const char *name, int64 *start, int64 *high, int32 *shards, int32 *
 		return false;
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
-	CheckOwnership(KIND_SEQUENCE, name, DatumGetObjectId(SPI_getbinval(tup, desc, 5, &isnull)),
-				   GetUserId());
+	*owner = DatumGetObjectId(SPI_getbinval(tup, desc, 5, &isnull));
 	*start = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 	d = SPI_getbinval(tup, desc, 2, &isnull);
 	*high = isnull ? *start - 1 : DatumGetInt64(d);
@@ -325,6 +429,8 @@ adopt_column(PG_FUNCTION_ARGS)
 	int64		reach;
 	int32		shards;
 	int32		block;
+	Oid			seq_owner;
+	bool		named = !PG_ARGISNULL(2);
 
 	BeginColumnChange(fcinfo, "sharded_seq.adopt_column", &f);
 	if (f.sharded_name)
@@ -346,25 +452,47 @@ adopt_column(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("column \"%s\" of relation \"%s\" has a default that is not its own sequence: %s",
 						f.column, f.relname, f.default_expr),
-				 strncmp(f.default_expr, "nextval(", 8) == 0 ?
+				 OidIsValid(f.seq) ?
+				 errhint("Set the default back to nextval(%s) first, or drop it (ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT): only the column's own sequence is switched.",
+						 quote_literal_cstr(QualifiedName(f.seq)), f.table, f.qcolumn) :
+				 IsPlainNextval(f.default_expr) ?
 				 errhint("Make the sequence the column's own first (ALTER SEQUENCE ... OWNED BY %s.%s): it is dropped once the column draws from a sharded sequence.",
 						 f.table, f.qcolumn) :
 				 errhint("Drop the default first (ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT).",
 						 f.table, f.qcolumn)));
 
-	name = PG_ARGISNULL(2) ? psprintf("%s_%s", f.relname, f.column)
-		: text_to_cstring(PG_GETARG_TEXT_PP(2));
+	/* <table>_<column>, shortened to a name's length as PostgreSQL does */
+	name = named ? text_to_cstring(PG_GETARG_TEXT_PP(2))
+		: makeObjectName(f.relname, f.column, NULL);
 	ValidateName(name, KIND_SEQUENCE);
 
 	/*
 	 * The old sequence: locked against nextval() (which takes RowExclusive
 	 * until its transaction ends) before its position is read, so nothing
-	 * it hands out escapes the count; it is dropped below.
+	 * it hands out escapes the count; it is dropped below.  The highest
+	 * value it gave: last_value ascending, its start (or a higher setval)
+	 * descending, its maxvalue if it may have cycled.
 	 */
 	if (kind != COLUMN_NONE)
 	{
+		int64		cycle_max;
+
 		LockRelationOid(f.seq, AccessExclusiveLock);
-		have_past = QueryInt64(psprintf("SELECT last_value FROM %s", QualifiedName(f.seq)), &past);
+		if (QueryInt64(psprintf("SELECT s.seqmax FROM pg_catalog.pg_sequence s"
+								" WHERE s.seqrelid OPERATOR(pg_catalog.=) %u AND s.seqcycle", f.seq),
+					   &cycle_max) && cycle_max == PG_INT64_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
+					 errmsg("sequence %s cycles up to the largest bigint", QualifiedName(f.seq)),
+					 errdetail("A cycling sequence may have handed out any value up to its maxvalue."),
+					 errhint("If it never wrapped around, ALTER SEQUENCE %s NO CYCLE first.", QualifiedName(f.seq))));
+		have_past = QueryInt64(psprintf("SELECT CASE WHEN s.seqcycle THEN s.seqmax"
+										"  WHEN s.seqincrement OPERATOR(pg_catalog.<) 0"
+										"  THEN pg_catalog.int8larger(s.seqstart, l.last_value)"
+										"  ELSE l.last_value END"
+										"  FROM pg_catalog.pg_sequence s, %s l"
+										" WHERE s.seqrelid OPERATOR(pg_catalog.=) %u",
+										QualifiedName(f.seq), f.seq), &past);
 	}
 	if (ColumnMax(&f, &value) && (!have_past || value > past))
 	{
@@ -377,8 +505,23 @@ adopt_column(PG_FUNCTION_ARGS)
 				 errmsg("column \"%s\" of relation \"%s\" holds the largest bigint", f.column, f.relname),
 				 errhint("No sequence can go above it.")));
 
-	if (ShardedState(name, &start, &high, &shards, &block))
+	if (ShardedState(name, &start, &high, &shards, &block, &seq_owner))
 	{
+		/* a default name that clashes (t1.orders.id, t2.orders.id) */
+		if (!named)
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("sharded sequence \"%s\" already exists", name),
+					 errdetail("Another column may draw from it."),
+					 errhint("Pass sequence => '%s' to share it, or sequence => 'another_name' for a sequence of its own.", name)));
+		/* its owner could drop it and create it again lower */
+		if (seq_owner != f.owner && seq_owner != GetUserId())
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("sharded sequence \"%s\" is owned by role \"%s\", neither the table's owner nor the caller",
+							name, GetUserNameFromId(seq_owner, false)),
+					 errdetail("Its owner could drop it and create it again lower."),
+					 errhint("Pass the name of a sharded sequence the table's owner owns, or leave sequence out.")));
 		/* someone else's values may come from it: it is not moved */
 		if (have_past && start <= past)
 			ereport(ERROR,
@@ -392,6 +535,8 @@ adopt_column(PG_FUNCTION_ARGS)
 		Oid			types[4] = {TEXTOID, INT4OID, INT4OID, INT8OID};
 		Datum		args[4];
 		char		nulls[4] = {' ', ' ', ' ', ' '};
+		Oid			save_user;
+		int			save_context;
 
 		args[0] = CStringGetTextDatum(name);
 		for (int i = 1; i < 3; i++)
@@ -400,11 +545,15 @@ adopt_column(PG_FUNCTION_ARGS)
 			nulls[i] = PG_ARGISNULL(i + 2) ? 'n' : ' ';
 		}
 		args[3] = Int64GetDatum(have_past ? past + 1 : 1);
+		/* as the table's owner (the caller has its rights): it can give the column back */
+		GetUserIdAndSecContext(&save_user, &save_context);
+		SetUserIdAndSecContext(f.owner, save_context | SECURITY_LOCAL_USERID_CHANGE);
 		if (SPI_execute_with_args("SELECT sharded_seq.create_sequence(name => $1, shards => $2,"
 								  " block => $3, start => $4)",
 								  4, types, args, nulls, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not create sharded sequence \"%s\"", name);
-		if (!ShardedState(name, &start, &high, &shards, &block))
+		SetUserIdAndSecContext(save_user, save_context);
+		if (!ShardedState(name, &start, &high, &shards, &block, &seq_owner))
 			elog(ERROR, "sharded sequence \"%s\" is missing after its creation", name);
 	}
 
@@ -437,11 +586,14 @@ release_column(PG_FUNCTION_ARGS)
 {
 	ColumnFacts f;
 	ColumnKind	kind = COLUMN_NONE;
-	Oid			types[3] = {OIDOID, NAMEOID, TEXTOID};
+	Oid			types[3] = {OIDOID, INT2OID, TEXTOID};
 	Datum		args[3];
 	int64		past;
 	int64		value;
 	const char *type;
+	bool		used;
+	bool		owned;
+	bool		isnull;
 
 	BeginColumnChange(fcinfo, "sharded_seq.release_column", &f);
 	if (f.sharded_name == NULL)
@@ -451,19 +603,32 @@ release_column(PG_FUNCTION_ARGS)
 				 f.default_expr ? errdetail("Its default is %s.", f.default_expr) : errdetail("It has no default."),
 				 errhint("release_column() gives back a column whose default is sharded_nextval('name').")));
 
+	/* a native sequence is created in the table's schema, as the caller */
+	args[0] = ObjectIdGetDatum(f.nsp);
+	if (SPI_execute_with_args("SELECT pg_catalog.has_schema_privilege($1, 'CREATE')",
+							  1, types, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not check the privileges on schema %u", f.nsp);
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must have create privilege on schema %s to give back column \"%s\" of relation \"%s\"",
+						quote_identifier(get_namespace_name(f.nsp)), f.column, f.relname),
+				 errdetail("The column gets a native sequence (or identity) of its own in the table's schema."),
+				 errhint("GRANT CREATE ON SCHEMA %s to role \"%s\" first.",
+						 quote_identifier(get_namespace_name(f.nsp)), GetUserNameFromId(GetUserId(), false))));
+
 	/* what it was when adopted (none when switched by hand: a serial column now) */
 	args[0] = ObjectIdGetDatum(f.relid);
-	args[1] = PointerGetDatum(PG_GETARG_NAME(1));
+	args[1] = Int16GetDatum(f.attnum);
 	args[2] = CStringGetTextDatum(f.sharded_name);
 	if (SPI_execute_with_args("SELECT previous FROM sharded_seq.adopted_columns"
 							  " WHERE table_name OPERATOR(pg_catalog.=) $1::pg_catalog.regclass"
-							  "   AND column_name OPERATOR(pg_catalog.=) $2"
+							  "   AND attnum OPERATOR(pg_catalog.=) $2"
 							  "   AND sequence_name OPERATOR(pg_catalog.=) $3",
 							  3, types, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.adopted_columns");
 	if (SPI_processed == 1)
 	{
-		bool		isnull;
 		char	   *previous = TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
 																  SPI_tuptable->tupdesc, 1, &isnull));
 
@@ -472,8 +637,28 @@ release_column(PG_FUNCTION_ARGS)
 				kind = (ColumnKind) k;
 	}
 
-	/* no value it reserved, nor any in the column, comes again */
-	past = DropSequenceHighWater(f.sharded_name);
+	/*
+	 * No value it reserved, nor any in the column, comes again.  It is
+	 * dropped unless another column draws from it, or it is not the caller's
+	 * (adopted with someone else's sequence): then it stays.
+	 */
+	used = SequenceUsedElsewhere(&f, f.sharded_name);
+	args[0] = CStringGetTextDatum(f.sharded_name);
+	types[0] = TEXTOID;
+	if (SPI_execute_with_args("SELECT owner::pg_catalog.oid FROM sharded_seq.sequences"
+							  " WHERE name OPERATOR(pg_catalog.=) $1",
+							  1, types, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded sequence \"%s\"", f.sharded_name);
+	if (SPI_processed == 0)
+		ReportNotFound(KIND_SEQUENCE, f.sharded_name);
+	owned = has_privs_of_role(GetUserId(),
+							  DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)));
+	past = DropSequenceHighWater(f.sharded_name, !used && owned);
+	if (used || !owned)
+		ereport(NOTICE,
+				(errmsg("sharded sequence \"%s\" is kept", f.sharded_name),
+				 errdetail(used ? "Another column draws from it." : "It is not the caller's."),
+				 errhint("sharded_seq.drop_sequence('%s') drops it once nothing draws from it.", f.sharded_name)));
 	if (ColumnMax(&f, &value))
 		past = Max(past, value);
 	past = Max(past, 0);

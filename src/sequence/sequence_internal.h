@@ -20,7 +20,7 @@ extern void LockSequenceDraws(int32 seq_id);
 extern bool AdvanceSequenceAbove(OwnerContext *ctx, const char *name, int64 min_base,
 								 int64 *start);
 extern void PositionsUnknownError(const char *name);
-extern int64 DropSequenceHighWater(const char *name);
+extern int64 DropSequenceHighWater(const char *name, bool drop);
 
 /*
  * admin.c: where the configuration lives, for reading it straight from the
