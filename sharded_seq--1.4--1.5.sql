@@ -60,7 +60,6 @@ LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT
 AS 'MODULE_PATHNAME', 'sequence_cache';
 COMMENT ON FUNCTION sharded_seq.sequence_cache(integer, text, text) IS 'the cache a sharded sequence is drawn with on this server (node or session), and its node cache counts';
 
-
 ------------------------------------------------------------------------------
 -- cutover across logical replication (issue 22, part 1)
 ------------------------------------------------------------------------------
@@ -190,38 +189,6 @@ AS 'MODULE_PATHNAME', 'release_column';
 COMMENT ON FUNCTION sharded_seq.release_column(pg_catalog.regclass, name) IS 'give a column adopt_column switched back to a native sequence (or its identity), above everything its sharded sequence reserved, and drop that sequence; returns the next value';
 
 ------------------------------------------------------------------------------
--- the sequences view, last: it shows the columns the blocks above add
-------------------------------------------------------------------------------
-
--- New columns go last: CREATE OR REPLACE keeps the others, and the users'
--- views that depend on this one.
-CREATE OR REPLACE VIEW sharded_seq.sequences AS
-SELECT c.name,
-       c.shards,
-       c.block,
-       c.tier,
-       c.generation,
-       CASE WHEN sharded_seq.sequence_readable(c.id)
-            THEN sharded_seq.node_value(c.base) END AS generation_start,
-       sharded_seq.node_value(sharded_seq.sequence_high_water(c.id)) AS reserved_high_water,
-       c.owner,
-       c.acl,
-       c.created_at,
-       c.altered_at,
-       sharded_seq.node_id() AS node_id,
-       c.cache,
-       n.cache_in_force,
-       n.node_cache_hits,
-       n.node_cache_reservations,
-       n.node_cache_waits,
-       n.node_cache_full,
-       c.positions_unknown
-  FROM sharded_seq.sequence_config c
- CROSS JOIN LATERAL sharded_seq.sequence_cache(c.id, c.tier, c.cache) n
- ORDER BY c.name;
-COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence; cache_in_force and the node cache counts are this server''s; positions_unknown: refused until sharded_seq.cutover() or advance_sequence()';
-
-------------------------------------------------------------------------------
 -- set_counter: a counter's total, set exactly at commit (issue 22)
 ------------------------------------------------------------------------------
 
@@ -347,3 +314,35 @@ SELECT w.*,
        END AS healthy
   FROM sharded_seq.worker_status() w;
 COMMENT ON VIEW sharded_seq.workers IS 'the background launcher and one worker per database: running or not, last flush and amount moved, last maintain(), last error; healthy: running, a round finished within three flush intervals (at least ten seconds), and the last one did not fail';
+
+------------------------------------------------------------------------------
+-- the sequences view, last: it shows the columns the blocks above add
+------------------------------------------------------------------------------
+
+-- New columns go last: CREATE OR REPLACE keeps the others, and the users'
+-- views that depend on this one.
+CREATE OR REPLACE VIEW sharded_seq.sequences AS
+SELECT c.name,
+       c.shards,
+       c.block,
+       c.tier,
+       c.generation,
+       CASE WHEN sharded_seq.sequence_readable(c.id)
+            THEN sharded_seq.node_value(c.base) END AS generation_start,
+       sharded_seq.node_value(sharded_seq.sequence_high_water(c.id)) AS reserved_high_water,
+       c.owner,
+       c.acl,
+       c.created_at,
+       c.altered_at,
+       sharded_seq.node_id() AS node_id,
+       c.cache,
+       n.cache_in_force,
+       n.node_cache_hits,
+       n.node_cache_reservations,
+       n.node_cache_waits,
+       n.node_cache_full,
+       c.positions_unknown
+  FROM sharded_seq.sequence_config c
+ CROSS JOIN LATERAL sharded_seq.sequence_cache(c.id, c.tier, c.cache) n
+ ORDER BY c.name;
+COMMENT ON VIEW sharded_seq.sequences IS 'one row per sharded sequence; positions are values of this session''s node (node_id), NULL to a role that neither owns nor may use the sequence; cache_in_force and the node cache counts are this server''s; positions_unknown: refused until sharded_seq.cutover() or advance_sequence()';
