@@ -237,8 +237,9 @@ AS 'MODULE_PATHNAME', 'sequence_usage';
 COMMENT ON FUNCTION sharded_seq.sequence_usage(integer) IS 'a sharded sequence on this server since its start: values handed out and reserved, reservations per second recently, the node''s highest local position, the reserved high water (local)';
 
 -- The range a sequence can still use: up to its node's end, or the largest
--- value of the integer column adopt_column gave it.  runs_out_in is NULL
--- without a recent rate, or beyond a thousand years.
+-- value of the integer column adopt_column gave it (numeric arithmetic: a
+-- sequence may start below zero).  runs_out_in is NULL without a recent
+-- rate, or beyond a thousand years.
 CREATE VIEW sharded_seq.sequence_usage AS
 SELECT c.name,
        sharded_seq.node_id() AS node_id,
@@ -246,13 +247,13 @@ SELECT c.name,
        u.reserved,
        sharded_seq.node_value(h.high) AS reserved_high_water,
        sharded_seq.node_value(m.local_max) AS range_end,
-       (h.high::double precision OPERATOR(pg_catalog./) m.local_max::double precision) AS range_used,
+       (GREATEST(h.high, 0)::double precision OPERATOR(pg_catalog./) m.local_max::double precision) AS range_used,
        u.reserve_rate,
        CASE WHEN u.reserve_rate OPERATOR(pg_catalog.>) 0
-             AND ((m.local_max OPERATOR(pg_catalog.-) h.high)::double precision
+             AND ((m.local_max::numeric OPERATOR(pg_catalog.-) h.high::numeric)::double precision
                   OPERATOR(pg_catalog./) u.reserve_rate) OPERATOR(pg_catalog.<) 31557600000
             THEN pg_catalog.make_interval(secs =>
-                 (m.local_max OPERATOR(pg_catalog.-) h.high)::double precision
+                 (m.local_max::numeric OPERATOR(pg_catalog.-) h.high::numeric)::double precision
                  OPERATOR(pg_catalog./) u.reserve_rate)
        END AS runs_out_in
   FROM sharded_seq.sequence_config c

@@ -10,8 +10,11 @@
 #   4. counter_backlog: shared-memory and memcached amounts with the worker
 #      flushing only every hour: the oldest amount's time is the first
 #      increment's, a flush empties it, and the next amount starts afresh;
+#      an undone flush gives an amount back with its own date, although
+#      another flush found the key empty meanwhile;
 #   5. the workers view's healthy: true, false while the worker is stopped
-#      (SIGSTOP), true again after SIGCONT;
+#      (SIGSTOP), true again after SIGCONT; false while memcached is down (a
+#      failing round), true again once it is back;
 #   6. docs/monitoring/postgres_exporter.yaml: every query runs, as a
 #      pg_monitor member, and where prometheus-postgres-exporter is
 #      installed (scripts/setup.sh), the exporter serves their metrics.
@@ -72,6 +75,12 @@ is( sql(
 		    FROM sharded_seq.sequence_usage u JOIN sharded_seq.sequences s USING (name)
 		   WHERE name = 'by_node'}),
 	't', '1: the high water is the sequences view\'s, the range is bigint\'s, the share used is their ratio');
+
+# a sequence below zero: the view still reads (no bigint overflow)
+sql(q{SELECT sharded_seq.create_sequence('below', start => -1000);
+      SELECT sharded_nextval('below') FROM generate_series(1, 5)});
+is( sql(q{SELECT format('%s %s', count(*), bool_or(name = 'below' AND range_used = 0)) FROM sharded_seq.sequence_usage}),
+	'3 t', '1: a sequence below zero: the view reads, and its share used is 0');
 
 # ---- 2. rate and run-out, on an adopted integer column ----
 sql(q{
@@ -147,7 +156,29 @@ $node->poll_query_until('stress',
   or die 'the memcached amount was not forwarded';
 is( sql(qq{SELECT string_agg(format('%s %s', name, oldest_pending_at > '$flushed'), ', ' ORDER BY name) FROM sharded_seq.counter_backlog}),
 	'buf t, mc t', '4: after a flush, a new amount is dated from its own commit');
-is(sql(q{SELECT total FROM sharded_seq.counters WHERE name = 'mc'}), '10', '4: nothing counted twice or lost');
+
+# an undone flush gives its amount back as old as it was, though another
+# flush found the key empty meanwhile
+sql(q{SELECT sharded_seq.flush_counters()});
+$before = sql('SELECT clock_timestamp()');
+sql(q{SELECT counter_incr('mc', 50)});
+$after = sql('SELECT clock_timestamp()');
+$node->poll_query_until('stress', "SELECT pending_memcached = 50 FROM sharded_seq.counter_backlog WHERE name = 'mc'")
+  or die 'the memcached amount was not forwarded';
+my $bg = $node->background_psql('stress', on_error_stop => 0);
+bg_query($bg, 'BEGIN');
+bg_query($bg, 'SELECT sharded_seq.flush_counters()');
+is(sql(q{SELECT pending_memcached FROM sharded_seq.counter_backlog WHERE name = 'mc'}), '0',
+	'4: a flush in an open transaction took the amount from memcached');
+sql(q{SELECT sharded_seq.flush_counters()});
+bg_query($bg, 'ROLLBACK');
+$bg->quit;
+$node->poll_query_until('stress', "SELECT pending_memcached = 50 FROM sharded_seq.counter_backlog WHERE name = 'mc'")
+  or die 'the amount did not come back';
+is(sql(qq{SELECT oldest_pending_at <= '$after' FROM sharded_seq.counter_backlog WHERE name = 'mc'}), 't',
+	'4: given back by the rollback, the amount keeps its age');
+sql(q{SELECT sharded_seq.flush_counters()});
+is(sql(q{SELECT total FROM sharded_seq.counters WHERE name = 'mc'}), '60', '4: nothing counted twice or lost');
 
 # ---- 5. worker health ----
 $t = sql('SELECT clock_timestamp()');
@@ -165,6 +196,16 @@ ok( $node->poll_query_until('stress',
 kill 'CONT', $pid;
 ok($node->poll_query_until('stress', "SELECT healthy FROM sharded_seq.workers WHERE database = 'stress'"),
 	'5: healthy again once it does rounds');
+# memcached down: the worker's rounds end, but cannot move memcached amounts
+$mc->kill;
+ok( $node->poll_query_until('stress',
+		"SELECT NOT healthy AND running AND last_error LIKE '%memcached%' FROM sharded_seq.workers WHERE database = 'stress'"),
+	'5: memcached down: the worker runs its rounds, each fails, it is not healthy');
+is(sql(q{SELECT pending_memcached IS NULL FROM sharded_seq.counter_backlog WHERE name = 'mc'}), 't',
+	'5: ... and a memcached counter\'s backlog is unknown (NULL), not 0');
+$mc->start;
+ok($node->poll_query_until('stress', "SELECT healthy FROM sharded_seq.workers WHERE database = 'stress'"),
+	'5: healthy again once memcached is back');
 
 # ---- 6. the postgres_exporter queries ----
 my $yaml_file = dirname(__FILE__) . '/../docs/monitoring/postgres_exporter.yaml';
@@ -204,11 +245,11 @@ SKIP:
 		},
 		'the exporter\'s sharded_seq metrics');
 	$h->kill_kill;
-	like($metrics, qr/^sharded_seq_sequence_handed_out\{[^}]*name="by_session"[^}]*\} 1000$/m,
+	like($metrics, qr/^sharded_seq_sequence_handed_out\{database="stress",name="by_session"[^}]*\} 1000$/m,
 		'6: the exporter serves a sequence\'s values handed out');
 	like($metrics, qr/^sharded_seq_counter_pending\{[^}]*mode="buffered",name="buf"[^}]*\} \d+$/m,
 		'6: ... a counter\'s pending amount, with its mode');
-	like($metrics, qr/^sharded_seq_worker_healthy\{[^}]*kind="worker"[^}]*\} 1$/m,
+	like($metrics, qr/^sharded_seq_worker_healthy\{database="stress"[^}]*\} 1$/m,
 		'6: ... the worker\'s health');
 	like($metrics, qr/^sharded_seq_sequence_range_used\{[^}]*name="small_id"[^}]*\} [0-9.]+e-0\d$/m,
 		'6: ... the share of a range used');

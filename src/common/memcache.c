@@ -34,6 +34,7 @@ static memcached_st *Handle = NULL;
 static memcached_st *Quiet = NULL;
 static bool HandleStale = true;
 static TimestampTz LastDown = 0;	/* when a request last found no server */
+static TimestampTz LastFailure = 0; /* ... or failed in any way (a timeout) */
 static TimestampTz QuietUsed = 0;	/* when a quiet increment was last sent */
 
 /* a quiet connection idle this long is checked before an amount is sent */
@@ -66,6 +67,13 @@ McRecentlyDown(void)
 	return LastDown != 0 &&
 		!TimestampDifferenceExceeds(LastDown, GetCurrentTimestamp(),
 									MC_RETRY_SECONDS * 1000);
+}
+
+/* When a request of this backend last failed (no server, a timeout), or 0. */
+TimestampTz
+McLastFailure(void)
+{
+	return LastFailure;
 }
 
 static memcached_st *
@@ -165,6 +173,8 @@ ClassifyOn(memcached_st *mc, memcached_return_t rc)
 
 	if (r == MC_DOWN)
 		LastDown = GetCurrentTimestamp();
+	if (r == MC_DOWN || r == MC_UNKNOWN)
+		LastFailure = GetCurrentTimestamp();
 	return r;
 }
 

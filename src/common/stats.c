@@ -13,6 +13,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -27,7 +28,12 @@
 
 #include "common/common.h"
 
-#define STATS_SLOTS 1024
+/*
+ * An open-addressing table: a lookup starts at the key's hash and stops at
+ * the first free slot.  Slots are never freed (until the server restarts),
+ * so no lookup can stop short of its key.
+ */
+#define STATS_SLOTS 4096
 
 typedef struct StatSlot
 {
@@ -47,6 +53,8 @@ typedef struct StatsShared
 {
 	LWLock	   *lock;			/* taken to claim a slot, and to move the rate's samples */
 	TimestampTz started_at;		/* when the counts began: the server's start */
+	bool		full;			/* an object went uncounted: a missing slot no
+								 * longer means zero */
 	StatSlot	slots[STATS_SLOTS];
 } StatsShared;
 
@@ -88,18 +96,31 @@ CountsShmemInit(void)
 	}
 }
 
+static uint32
+SlotHash(Oid dbid, ObjectKind kind, int32 id)
+{
+	uint32		h = hash_bytes_uint32((uint32) dbid);
+
+	h = hash_combine(h, hash_bytes_uint32((uint32) kind));
+	return hash_combine(h, hash_bytes_uint32((uint32) id)) % STATS_SLOTS;
+}
+
 static StatSlot *
 SharedSlot(Oid dbid, ObjectKind kind, int32 id, bool claim)
 {
+	uint32		start = SlotHash(dbid, kind, id);
 	StatSlot   *found = NULL;
-	StatSlot   *free_slot = NULL;
 
 	/* the common case, without the lock: a slot claimed earlier */
 	for (int i = 0; i < STATS_SLOTS; i++)
 	{
-		StatSlot   *s = &Shared->slots[i];
+		StatSlot   *s = &Shared->slots[(start + i) % STATS_SLOTS];
+		Oid			slot_db = s->dbid;
 
-		if (s->dbid == dbid && s->kind == (int32) kind && s->id == id)
+		if (slot_db == InvalidOid)
+			break;
+		pg_read_barrier();
+		if (slot_db == dbid && s->kind == (int32) kind && s->id == id)
 			return s;
 	}
 	if (!claim)
@@ -109,23 +130,35 @@ SharedSlot(Oid dbid, ObjectKind kind, int32 id, bool claim)
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < STATS_SLOTS && found == NULL; i++)
 	{
-		StatSlot   *s = &Shared->slots[i];
+		StatSlot   *s = &Shared->slots[(start + i) % STATS_SLOTS];
 
-		if (s->dbid == dbid && s->kind == (int32) kind && s->id == id)
+		if (s->dbid == InvalidOid)
+		{
+			s->kind = (int32) kind;
+			s->id = id;
+			pg_write_barrier();
+			s->dbid = dbid;
 			found = s;
-		else if (s->dbid == InvalidOid && free_slot == NULL)
-			free_slot = s;
+		}
+		else if (s->dbid == dbid && s->kind == (int32) kind && s->id == id)
+			found = s;
 	}
-	if (found == NULL && free_slot != NULL)
-	{
-		free_slot->kind = (int32) kind;
-		free_slot->id = id;
-		pg_write_barrier();
-		free_slot->dbid = dbid;
-		found = free_slot;
-	}
+	if (found == NULL)
+		Shared->full = true;
 	LWLockRelease(Shared->lock);
 	return found;				/* NULL when full: the event goes uncounted */
+}
+
+/*
+ * The shared slot of an object, for monitoring: false when its figures are
+ * unknown (the table filled up, so a missing slot may hide uncounted
+ * events); *slot NULL and true when nothing was ever counted for it.
+ */
+static bool
+MonitoredSlot(ObjectKind kind, int32 id, StatSlot **slot)
+{
+	*slot = SharedSlot(MyDatabaseId, kind, id, false);
+	return *slot != NULL || !Shared->full;
 }
 
 /* Count n events of a sequence or counter of another database (shared only). */
@@ -149,6 +182,22 @@ StatsRead(ObjectKind kind, int32 id, int64 *counts)
 
 	for (int f = 0; f < NUM_STAT_FIELDS; f++)
 		counts[f] = s ? (int64) pg_atomic_read_u64(&s->v[f]) : 0;
+}
+
+/*
+ * For monitoring: the counts of an object of this database (shared only),
+ * false when they are unknown (not preloaded, or the table filled up).
+ */
+bool
+StatsReadMonitored(ObjectKind kind, int32 id, int64 *counts)
+{
+	StatSlot   *s;
+
+	if (Shared == NULL || !MonitoredSlot(kind, id, &s))
+		return false;
+	for (int f = 0; f < NUM_STAT_FIELDS; f++)
+		counts[f] = s ? (int64) pg_atomic_read_u64(&s->v[f]) : 0;
+	return true;
 }
 
 void
@@ -214,9 +263,12 @@ StatsNoteReserved(int32 seq_id, int64 values)
 		return;
 	LWLockAcquire(Shared->lock, LW_EXCLUSIVE);
 	t1 = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_RATE_T1]);
-	if (t1 == 0)
+	if (t1 == 0 || now - t1 >= 2 * RATE_WINDOW_US)
 	{
-		/* the first block: counted from its own reservation on */
+		/*
+		 * The first block, or the first after two windows without one: the
+		 * rate counts from this reservation on, not over the idle time.
+		 */
 		pg_atomic_write_u64(&s->v[STAT_RATE_T0], (uint64) now);
 		pg_atomic_write_u64(&s->v[STAT_RATE_R0], total - (uint64) values);
 		pg_atomic_write_u64(&s->v[STAT_RATE_T1], (uint64) now);
@@ -240,13 +292,13 @@ StatsNoteReserved(int32 seq_id, int64 values)
 bool
 StatsReserveRate(int32 seq_id, double *per_second)
 {
-	StatSlot   *s = Shared ? SharedSlot(MyDatabaseId, KIND_SEQUENCE, seq_id, false) : NULL;
+	StatSlot   *s = NULL;
 	TimestampTz t0;
 	uint64		r0;
 	uint64		now_count;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (s == NULL)
+	if (Shared == NULL || !MonitoredSlot(KIND_SEQUENCE, seq_id, &s) || s == NULL)
 		return false;
 	LWLockAcquire(Shared->lock, LW_SHARED);
 	t0 = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_RATE_T0]);
@@ -297,7 +349,8 @@ StatsMcCleaned(int32 counter_id, TimestampTz read_at)
 
 	if (Shared == NULL)
 		return;
-	s = SharedSlot(MyDatabaseId, KIND_COUNTER, counter_id, true);
+	/* only a key that had a delivery since the start: idle counters take no slot */
+	s = SharedSlot(MyDatabaseId, KIND_COUNTER, counter_id, false);
 	if (s == NULL)
 		return;
 	old = pg_atomic_read_u64(&s->v[STAT_MC_CLEAN]);
@@ -307,11 +360,33 @@ StatsMcCleaned(int32 counter_id, TimestampTz read_at)
 }
 
 /*
+ * An undone flush gave its amount back, dated since: a clean flush that
+ * found the key empty meanwhile was wrong about it, so clean moves below.
+ */
+void
+StatsMcGivenBack(int32 counter_id, TimestampTz since)
+{
+	StatSlot   *s;
+	uint64		old;
+
+	if (Shared == NULL || since == 0)
+		return;
+	s = SharedSlot(MyDatabaseId, KIND_COUNTER, counter_id, true);
+	if (s == NULL)
+		return;
+	old = pg_atomic_read_u64(&s->v[STAT_MC_CLEAN]);
+	while ((TimestampTz) old >= since &&
+		   !pg_atomic_compare_exchange_u64(&s->v[STAT_MC_CLEAN], &old, (uint64) (since - 1)))
+		;
+	StatsMcDelivered(counter_id, since);
+}
+
+/*
  * A time no amount in a counter's memcached key is older than: the oldest
  * delivery since the last clean flush, else that flush's read, else the
  * server's start.  Amounts memcached kept across a restart of the server
  * are dated by deliveries since, until the worker's first round flushes
- * them.  0 if not preloaded.
+ * them.  0 when unknown (not preloaded, or the table filled up).
  */
 TimestampTz
 StatsMcOldest(int32 counter_id)
@@ -320,9 +395,8 @@ StatsMcOldest(int32 counter_id)
 	TimestampTz clean;
 	TimestampTz first;
 
-	if (Shared == NULL)
+	if (Shared == NULL || !MonitoredSlot(KIND_COUNTER, counter_id, &s))
 		return 0;
-	s = SharedSlot(MyDatabaseId, KIND_COUNTER, counter_id, false);
 	if (s == NULL)
 		return Shared->started_at;
 	clean = (TimestampTz) pg_atomic_read_u64(&s->v[STAT_MC_CLEAN]);

@@ -627,7 +627,9 @@ counter_backlog(PG_FUNCTION_ARGS)
 		nulls[0] = false;
 		if (shared > 0)
 			oldest = since;
-		if (row.mode != MODE_MEMCACHED || MemcachedPending(id, &mc))
+		/* one timeout a statement, not one a counter, when memcached hangs */
+		if (row.mode != MODE_MEMCACHED ||
+			(McLastFailure() < GetCurrentStatementStartTimestamp() && MemcachedPending(id, &mc)))
 		{
 			values[1] = Int64GetDatum(mc);
 			nulls[1] = false;

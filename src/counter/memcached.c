@@ -61,6 +61,7 @@ typedef struct Amount
 	TimestampTz since;			/* to memcached: none of it is older (0: now) */
 	TimestampTz clean_at;		/* give-backs: the flush took every amount
 								 * older than this (0: not all) */
+	bool		given_back;		/* a flush's amount on its way back */
 	struct Amount *next;
 } Amount;
 
@@ -209,7 +210,14 @@ Deliver(Amount *a)
 	r = McIncrQuiet(a->key, a->amount);
 	/* sent, or maybe: the key's amount may now be this old (monitoring) */
 	if (r != MC_DOWN)
-		StatsMcDelivered(a->counter_id, a->since != 0 ? a->since : GetCurrentTimestamp());
+	{
+		TimestampTz since = a->since != 0 ? a->since : GetCurrentTimestamp();
+
+		if (a->given_back)
+			StatsMcGivenBack(a->counter_id, since);
+		else
+			StatsMcDelivered(a->counter_id, since);
+	}
 	return r;
 }
 
@@ -407,6 +415,7 @@ MemcachedXactCommit(void)
 static void
 GiveBackNow(Amount *gb)
 {
+	gb->given_back = true;
 	DeliverOrKeep(gb, false);
 }
 
@@ -746,6 +755,8 @@ MemcachedFlush(int32 counter_id, int32 shard, const char *name, bool wait)
 	gb = NewAmount(counter_id, shard, name, (uint64) amount, CounterSetCount(counter_id));
 	gb->subid = GetCurrentSubTransactionId();
 	gb->clean_at = all ? read_at : 0;
+	/* given back, it is as old as the key's amounts were */
+	gb->since = StatsMcOldest(counter_id);
 	/* taken out first: a read may then miss it for a moment, never count it twice */
 	if (McDecr(key, (uint64) amount, &left) != MC_OK)
 	{

@@ -6,10 +6,11 @@
  *	  out, behind the sequence_usage view.
  *
  * The counts are node-wide only with the library preloaded (shared memory);
- * otherwise they are NULL, as are all of them to a role that may not see
- * the sequence's positions (they tell how fast others draw) unless it has
- * the privileges of pg_read_all_stats (as pg_stat_statements shows every
- * query to it): a monitoring role of pg_monitor sees every sequence.
+ * otherwise they are NULL, as they are once the statistics table filled up.
+ * Every figure is NULL to a role that may not see the sequence's positions
+ * (they tell how fast others draw), unless it has the privileges of
+ * pg_read_all_stats, as pg_stat_statements shows every query to it: a
+ * monitoring role in pg_monitor sees every sequence.
  */
 #include "postgres.h"
 
@@ -42,16 +43,18 @@ sequence_usage(PG_FUNCTION_ARGS)
 	}
 	if (SequenceIdReadable(id) || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
 	{
+		int64		counts[NUM_STAT_FIELDS];
+
 		values[3] = Int64GetDatum(NodeLocalMax());
 		nulls[3] = false;
-		if (StatsStartedAt() != 0)
+
+		/* unknown without preload, or once the stats table filled up */
+		if (StatsReadMonitored(KIND_SEQUENCE, id, counts))
 		{
-			int64		counts[NUM_STAT_FIELDS];
 			bool		has_entry;
 			int64		node_out = NodeCacheValuesOut(id, &has_entry);
 			double		rate;
 
-			StatsRead(KIND_SEQUENCE, id, counts);
 			values[0] = Int64GetDatum(node_out + counts[STAT_SESSION_VALUES]);
 			values[1] = Int64GetDatum(counts[STAT_RESERVED]);
 			nulls[0] = nulls[1] = false;

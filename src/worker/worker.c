@@ -99,6 +99,13 @@ static void ForwardRound(void);
 
 static TimestampTz LastForward = 0;
 
+/*
+ * An error this round, even one that failed a single counter: the round's
+ * end then counts as a failure (last_error_at = last_flush_at), which the
+ * workers view's healthy reads.
+ */
+static bool RoundFailed = false;
+
 /* Has the batch delay passed since forwarding last looked? */
 static bool
 ForwardDue(void)
@@ -266,6 +273,7 @@ FlushAllMemcached(McCounter *list, int n, FlushTotals *totals)
 static void
 RememberError(const char *message)
 {
+	RoundFailed = true;
 	LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 	MyDb->last_error_at = GetCurrentTimestamp();
 	strlcpy(MyDb->last_error, message ? message : "unknown error", REGISTRY_ERROR_LEN);
@@ -416,12 +424,15 @@ Round(bool flush_only)
 	LWLockAcquire(RegistryShared->lock, LW_SHARED);
 	notes = MyDb->notes;
 	LWLockRelease(RegistryShared->lock);
+	RoundFailed = false;
 
 	PG_TRY();
 	{
 		Oid			install;
 		McCounter  *mc = NULL;
 		int			nmc = 0;
+		TimestampTz round_start = GetCurrentTimestamp();
+		TimestampTz round_end;
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
@@ -445,9 +456,15 @@ Round(bool flush_only)
 		ForwardRound();
 		FlushAllMemcached(mc, nmc, &totals);
 		ForwardRound();
+		/* amounts that could not reach memcached, or leave it, wait */
+		if (McLastFailure() >= round_start)
+			RememberError("a memcached request failed: write-behind amounts wait in shared memory or memcached");
+		round_end = GetCurrentTimestamp();
 		LWLockAcquire(RegistryShared->lock, LW_EXCLUSIVE);
 		MyDb->mc_servers = RegistryServersHash();
-		MyDb->last_flush_at = GetCurrentTimestamp();
+		MyDb->last_flush_at = round_end;
+		if (RoundFailed)
+			MyDb->last_error_at = round_end;
 		MyDb->last_flush_amount = totals.amount;
 		MyDb->last_flush_counters = totals.counters;
 		MyDb->flushed_total += totals.amount;
