@@ -7,7 +7,10 @@
 
 #include "sequence/sequence.h"
 
-/* admin.c: where blocks of a generation start, and making a block durable */
+/*
+ * shards.c (the bottom): where blocks of a generation start, how far its
+ * shards got, making a block durable, who may see positions
+ */
 extern int64 GenerationHighWater(int32 seq_id, int32 generation, int64 base,
 								 int32 shards, int32 block);
 extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
@@ -15,6 +18,8 @@ extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
 extern XLogRecPtr FlushShardReservation(Oid relid);
 extern Oid	LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard);
 extern bool SequenceIdReadable(int32 seq_id);
+
+/* admin.c */
 extern bool SequenceHighWater(int32 id, bool stats_readers, int64 *high_water);
 extern void LockSequenceDraws(int32 seq_id);
 extern bool AdvanceSequenceAbove(OwnerContext *ctx, const char *name, int64 min_base,
@@ -23,7 +28,7 @@ extern void PositionsUnknownError(const char *name);
 extern int64 DropSequenceHighWater(const char *name, bool drop);
 
 /*
- * admin.c: where the configuration lives, for reading it straight from the
+ * shards.c: where the configuration lives, for reading it straight from the
  * tables (engine.c, node_cache.c): no SQL is planned on the draw path.
  */
 typedef struct ConfigPlaces

@@ -1,0 +1,302 @@
+/*
+ * shards.c
+ *	  Where a sequence's configuration and shards are, and how far they got:
+ *	  where a block starts, the catalog places the draw path reads directly,
+ *	  a generation's high water, the shard whose next block comes first,
+ *	  making a reservation durable, and who may see a sequence's positions.
+ *
+ * The bottom of src/sequence: admin.c, node_cache.c, engine.c and the rest
+ * call it, and it calls none of them.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "common/int.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "sequence/sequence_internal.h"
+
+/*
+ * First value of block k of a shard: base + (k * shards + shard) * block.
+ * Sets *overflow when that lies beyond bigint.
+ */
+int64
+BlockStart(int64 base, int64 k, int32 shards, int32 shard, int32 block,
+		   bool *overflow)
+{
+	int64		index;
+	int64		offset;
+	int64		start;
+
+	*overflow = pg_mul_s64_overflow(k, shards, &index) ||
+		pg_add_s64_overflow(index, shard, &index) ||
+		pg_mul_s64_overflow(index, block, &offset) ||
+		pg_add_s64_overflow(base, offset, &start);
+	return *overflow ? 0 : start;
+}
+
+/*
+ * Where the configuration lives (ConfigPlaces in sequence_internal.h),
+ * looked up again when ConfigEpoch moves (an update of the extension may add
+ * columns; a reinstallation makes new tables).
+ */
+
+static ConfigPlaces Places = {PG_UINT64_MAX};
+
+/* A column's number, from the relation's descriptor (no catalog lookup). */
+static AttrNumber
+ColumnOf(Relation rel, const char *column, bool required)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), column) == 0)
+			return att->attnum;
+	}
+	if (required)
+		elog(ERROR, "sharded_seq's table \"%s\" has no column \"%s\"",
+			 RelationGetRelationName(rel), column);
+	return InvalidAttrNumber;
+}
+
+/* The places of the configuration, with both tables open. */
+ConfigPlaces *
+SequenceConfigPlaces(Relation config, Relation shards)
+{
+	Oid			namespace = RelationGetNamespace(config);
+
+	if (Places.epoch == ConfigEpoch && Places.config == RelationGetRelid(config))
+		return &Places;
+	Places.config = RelationGetRelid(config);
+	Places.shards = RelationGetRelid(shards);
+	/* the names the base script's constraints gave them (kept by a dump) */
+	Places.by_name = get_relname_relid("sequence_config_name_key", namespace);
+	Places.by_id = get_relname_relid("sequence_config_pkey", namespace);
+	Places.by_generation = get_relname_relid("sequence_shards_pkey", namespace);
+	Places.c_id = ColumnOf(config, "id", true);
+	Places.c_name = ColumnOf(config, "name", true);
+	Places.c_generation = ColumnOf(config, "generation", true);
+	Places.c_base = ColumnOf(config, "base", true);
+	Places.c_shards = ColumnOf(config, "shards", true);
+	Places.c_block = ColumnOf(config, "block", true);
+	Places.c_owner = ColumnOf(config, "owner", true);
+	Places.c_acl = ColumnOf(config, "acl", true);
+	Places.c_tier = ColumnOf(config, "tier", true);
+	Places.c_cache = ColumnOf(config, "cache", false);
+	Places.c_unknown = ColumnOf(config, "positions_unknown", false);
+	Places.s_seq_id = ColumnOf(shards, "seq_id", true);
+	Places.s_generation = ColumnOf(shards, "generation", true);
+	Places.s_shard = ColumnOf(shards, "shard", true);
+	Places.s_relid = ColumnOf(shards, "relid", true);
+	Places.epoch = ConfigEpoch;
+	return &Places;
+}
+
+/* Does a text column of tup hold value? */
+bool
+TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, attno, desc, &isnull);
+	char	   *str;
+	bool		is;
+
+	if (isnull)
+		return false;
+	str = TextDatumGetCString(d);
+	is = strcmp(str, value) == 0;
+	pfree(str);
+	return is;
+}
+
+/*
+ * Make the WAL record that covers the shard's last reservation durable, and
+ * return its LSN.  nextval_internal() logs ahead and stamps the page with
+ * that record's LSN.
+ */
+XLogRecPtr
+FlushShardReservation(Oid relid)
+{
+	Relation	rel = relation_open(relid, NoLock);
+	Buffer		buf = ReadBuffer(rel, 0);
+	XLogRecPtr	lsn;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	lsn = PageGetLSN(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	relation_close(rel, NoLock);
+	XLogFlush(lsn);
+	return lsn;
+}
+
+/*
+ * Highest value any shard of this generation has reserved, or base - 1 when
+ * none has.  Runs inside SPI as the extension owner.
+ */
+int64
+GenerationHighWater(int32 seq_id, int32 generation, int64 base, int32 shards,
+					int32 block)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, INT4OID};
+	Datum		args[2] = {Int32GetDatum(seq_id), Int32GetDatum(generation)};
+	int64		high = base - 1;	/* base > PG_INT64_MIN, see create */
+
+	PreparePlan(&plan,
+				"SELECT s.shard, pg_catalog.pg_sequence_last_value(s.relid)"
+				"  FROM sharded_seq.sequence_shards s"
+				" WHERE s.seq_id OPERATOR(pg_catalog.=) $1 AND s.generation OPERATOR(pg_catalog.=) $2",
+				2, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read shards of sharded sequence %d", seq_id);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		bool		isnull;
+		int32		shard = DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+		Datum		k = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
+		bool		overflow;
+		int64		start;
+		int64		end;
+
+		if (isnull)
+			continue;
+		start = BlockStart(base, DatumGetInt64(k), shards, shard, block, &overflow);
+		if (overflow || pg_add_s64_overflow(start, (int64) block - 1, &end))
+			end = PG_INT64_MAX;
+		high = Max(high, end);
+	}
+	return high;
+}
+
+/*
+ * The next block a shard (a native sequence) will reserve: its last_value
+ * + 1, or 0 if it reserved none, read from its page as nextval_internal
+ * leaves it (what pg_sequence_last_value reports).
+ */
+static int64
+ShardNextK(Oid relid)
+{
+	Relation	rel = relation_open(relid, AccessShareLock);
+	Buffer		buf = ReadBuffer(rel, 0);
+	Page		page;
+	ItemId		lp;
+	HeapTupleHeader th;
+	Form_pg_sequence_data seq;
+	int64		next;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	lp = PageGetItemId(page, FirstOffsetNumber);
+	th = (HeapTupleHeader) PageGetItem(page, lp);
+	seq = (Form_pg_sequence_data) ((char *) th + th->t_hoff);
+	next = seq->is_called ? seq->last_value + 1 : seq->last_value;
+	UnlockReleaseBuffer(buf);
+	relation_close(rel, NoLock);
+	return next;
+}
+
+/*
+ * The shard of a generation whose next block comes first: the smallest
+ * (k + 1) * shards + i over shards i that reserved block k last (0 for one
+ * that reserved none).  Its next block lies above every block of the
+ * generation that was the first in line when it was taken, so a node that
+ * always takes this one hands out increasing blocks, consecutive ones when
+ * it alone draws (node_cache.c).  Call under the draw lock and the node
+ * cache's reservation lock: no shard moves meanwhile, and no layout change
+ * retires the generation.  Reads the tables and pages directly: no SQL.
+ */
+Oid
+LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
+{
+	Relation	config = table_open(ConfigRelid("sequence_config"), AccessShareLock);
+	Relation	shards_rel = table_open(ConfigRelid("sequence_shards"), AccessShareLock);
+	ConfigPlaces *places = SequenceConfigPlaces(config, shards_rel);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
+	Oid			best_relid = InvalidOid;
+	int128		best = 0;
+
+	ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(seq_id));
+	ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(generation));
+	scan = systable_beginscan(shards_rel, places->by_generation, OidIsValid(places->by_generation),
+							  snapshot, 2, key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		TupleDesc	desc = RelationGetDescr(shards_rel);
+		bool		isnull;
+		int32		s = DatumGetInt32(heap_getattr(tup, places->s_shard, desc, &isnull));
+		Oid			relid = DatumGetObjectId(heap_getattr(tup, places->s_relid, desc, &isnull));
+		int128		next = (int128) ShardNextK(relid) * shards + s;
+
+		if (!OidIsValid(best_relid) || next < best)
+		{
+			best = next;
+			best_relid = relid;
+			*shard = s;
+		}
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(shards_rel, AccessShareLock);
+	table_close(config, AccessShareLock);
+	if (!OidIsValid(best_relid))
+		elog(ERROR, "sharded sequence %d has no shards in generation %d", seq_id, generation);
+	return best_relid;
+}
+
+/*
+ * May the caller see this sequence's positions (false for an unknown id)?
+ * The sequences view lists every sequence, but its generation_start and its
+ * node cache counts only to them.
+ */
+bool
+SequenceIdReadable(int32 id)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		args[1] = {Int32GetDatum(id)};
+	OwnerContext ctx;
+	bool		readable = false;
+
+	BeginAsOwner(&ctx);
+	PreparePlan(&plan,
+				"SELECT owner::pg_catalog.oid, acl FROM sharded_seq.sequence_config"
+				" WHERE id OPERATOR(pg_catalog.=) $1", 1, argtypes);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sharded_seq.sequence_config");
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		Oid			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		Datum		acl = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+
+		readable = SequenceReadable(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller);
+	}
+	EndAsOwner(&ctx);
+	return readable;
+}
