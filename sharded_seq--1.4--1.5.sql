@@ -107,6 +107,24 @@ CREATE TABLE sharded_seq.cutover_stops (
 SELECT pg_catalog.pg_extension_config_dump('sharded_seq.cutover_stops', '');
 REVOKE ALL ON sharded_seq.cutover_stops FROM PUBLIC;
 
+-- The cutovers this server completed, one row per subscription: until then
+-- a database that subscribes to sequence_config refuses counter increments
+-- (the publisher's rows would overwrite them).  Keyed by this server's
+-- system identifier too: the table replicates onwards, in a chain of
+-- cutovers, and other servers' rows mean nothing here.
+-- maintain() updates this one-row table: with a publication FOR ALL TABLES
+-- (a cutover's), an update needs a replica identity, or fails every round.
+ALTER TABLE sharded_seq.maintenance REPLICA IDENTITY FULL;
+
+CREATE TABLE sharded_seq.cutover_done (
+    system_identifier text NOT NULL,
+    subscription      pg_catalog.oid NOT NULL,
+    done_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (system_identifier, subscription)
+);
+SELECT pg_catalog.pg_extension_config_dump('sharded_seq.cutover_done', '');
+REVOKE ALL ON sharded_seq.cutover_done FROM PUBLIC;
+
 -- On the new primary, while its subscription to the old one still exists.
 CREATE FUNCTION sharded_seq.cutover(
     subscription name,

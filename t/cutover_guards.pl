@@ -8,7 +8,10 @@
 # create_counter get fresh ids (object_id_seq is carried); and a
 # subscription whose publisher has this server's system identifier
 # (itself, or a pg_basebackup copy) is refused instead of stopping this
-# server.  t/cutover.pl checks the cutover itself under load.
+# server; a second cutover down a chain (the new primary's subscriber
+# takes over from it) is guarded the same way, although the first one's
+# rows replicate to it; maintain() runs on a server that publishes FOR ALL
+# TABLES.  t/cutover.pl checks the cutover itself under load.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -95,7 +98,9 @@ is($pub->safe_psql('app', 'SELECT sharded_seq.cutover_resume()'), 't', 'the stop
 
 # 1 and 4. the call clears the mark; the object ids are carried
 my $max = $sub->safe_psql('app', 'SELECT max(id) FROM orders');
-like($sub->safe_psql('app', "SELECT sequence_name FROM sharded_seq.cutover('s')"), qr/^orders_id$/, 'cutover() runs');
+($ret, $out, $err) = $sub->psql('app', "SELECT sequence_name FROM sharded_seq.cutover('s')");
+like($out, qr/^orders_id$/, 'cutover() runs');
+is($err, '', '... with no warning (every sequence it advanced is cleared)');
 is($sub->safe_psql('app', "SELECT counter_incr('orders_c')"), '501',
 	'after the call, the subscriber increments on top of the total that arrived');
 $sub->safe_psql('app', 'DROP SUBSCRIPTION s');
@@ -122,5 +127,33 @@ is($sub->safe_psql('app',
 ($ret, $out, $err) = $sub->psql('app', "SELECT sharded_nextval('orders_id')");
 is($err, '', '... the server still draws');
 $sub->safe_psql('app', "ALTER SUBSCRIPTION self DISABLE; ALTER SUBSCRIPTION self SET (slot_name = NONE); DROP SUBSCRIPTION self");
+
+# maintain() on a server that publishes FOR ALL TABLES updates its
+# maintenance row (a replica identity: it failed every round before)
+$sub->poll_query_until('app', "SELECT bool_and(now() - fold_at >= interval '1 s') FROM sharded_seq.maintenance")
+  or die 'the maintenance row did not age';
+($ret, $out, $err) = $sub->psql('app', "SET sharded_seq.counter_fold_after = 1; SELECT count(*) >= 0 FROM sharded_seq.maintain()");
+is($err, '', 'maintain() runs on a server with a publication FOR ALL TABLES');
+
+# a chain: the new primary's own subscriber (the schema from pg_dump -s of
+# it, publication p included) is guarded until its own cutover(), although
+# the first cutover's row arrives with the rest
+my $third = ssq_node('third', allows_streaming => 'logical', start => 0);
+$third->start;
+$third->safe_psql('postgres', 'CREATE DATABASE app');
+my $schema2 = $PostgreSQL::Test::Utils::tmp_check . '/schema2.sql';
+$sub->command_ok([ 'pg_dump', '-s', '-d', $sub->connstr('app'), '-f', $schema2 ], 'pg_dump -s of the new primary');
+$third->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $third->connstr('app'), '-f', $schema2 ],
+	'the schema on a third server');
+$third->safe_psql('app', "CREATE SUBSCRIPTION s2 CONNECTION '" . $sub->connstr . " dbname=app' PUBLICATION p");
+$third->poll_query_until('app', $synced) or die 'the third server did not synchronize';
+$third->poll_query_until('app', 'SELECT count(*) > 0 FROM sharded_seq.cutover_stops') or die 'no stop row arrived';
+($ret, $out, $err) = $third->psql('app', "\\set VERBOSITY verbose\nSELECT counter_incr('orders_c', 1000)");
+like($err, qr/ERROR:  55000: counters of this database arrive by logical replication/,
+	'down a chain, the next subscriber refuses an increment before its own cutover()');
+my $total = $sub->safe_psql('app', "SELECT counter_value('orders_c')");
+($ret, $out, $err) = $third->psql('app', "SELECT sequence_name FROM sharded_seq.cutover('s2')");
+is($err, '', 'its cutover() runs');
+is($third->safe_psql('app', "SELECT counter_incr('orders_c')"), $total + 1, '... and then it counts on top of the total that arrived');
 
 done_testing();

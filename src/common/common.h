@@ -165,6 +165,7 @@ extern bool CutoverStopped(void);
 extern void CutoverStopCheck(void);
 extern void CutoverCounterCheck(void);
 extern void CutoverCheckPrivilege(const char *function);
+extern void CutoverRecordDone(Oid subid);
 extern void WaitForTransactionsInFlight(void);
 
 /* catalog.c, continued */

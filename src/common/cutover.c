@@ -124,12 +124,45 @@ CutoverStopCheck(void)
 }
 
 /*
+ * Has a cutover() of this server completed for subscription subid?  Its row
+ * of cutover_done, keyed by this server's system identifier: the table
+ * replicates onwards with the rest (a chain of cutovers), and rows of other
+ * servers mean nothing here.
+ */
+static bool
+CutoverDoneFor(Oid subid, const char *self)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	Snapshot	snapshot;
+	bool		done = false;
+
+	rel = table_open(ConfigRelid("cutover_done"), AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan = systable_beginscan(rel, InvalidOid, false, snapshot, 0, NULL);
+	while (!done && HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		null1;
+		bool		null2;
+		Datum		system = heap_getattr(tup, 1, RelationGetDescr(rel), &null1);
+		Datum		sub = heap_getattr(tup, 2, RelationGetDescr(rel), &null2);
+
+		done = !null1 && !null2 && DatumGetObjectId(sub) == subid &&
+			strcmp(TextDatumGetCString(system), self) == 0;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+	return done;
+}
+
+/*
  * Does this database subscribe to sequence_config (it is the subscriber of
- * a cutover) while no cutover() has completed?  One has when the old
- * primary's row of cutover_stops, with its flushed_lsn, has arrived here;
- * cutover_resume() there deletes it again.  Multi-primary groups never
- * publish sequence_config.  Read directly, no SQL; remembered per
- * ConfigEpoch when false (the apply worker's writes bump it).
+ * a cutover) through a subscription no cutover() of this server has
+ * completed for?  Multi-primary groups never publish sequence_config.  Read
+ * directly, no SQL; remembered per ConfigEpoch when false (the apply
+ * worker's writes and cutover() bump it).
  */
 static bool
 CutoverAwaited(void)
@@ -138,10 +171,8 @@ CutoverAwaited(void)
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tup;
-	Snapshot	snapshot;
-	char	   *self;
-	bool		subscribed;
-	bool		done = false;
+	char	   *self = NULL;
+	bool		awaited = false;
 
 	if (NotAwaitingEpoch == ConfigEpoch)
 		return false;
@@ -151,33 +182,35 @@ CutoverAwaited(void)
 	ScanKeyInit(&key, Anum_pg_subscription_rel_srrelid, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(ConfigRelid("sequence_config")));
 	scan = systable_beginscan(rel, SubscriptionRelSrrelidSrsubidIndexId, true, NULL, 1, &key);
-	subscribed = HeapTupleIsValid(systable_getnext(scan));
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	if (!subscribed)
+	while (!awaited && HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
-		NotAwaitingEpoch = ConfigEpoch;
-		return false;
-	}
+		Oid			subid = ((Form_pg_subscription_rel) GETSTRUCT(tup))->srsubid;
 
-	self = CutoverSystemText();
-	rel = table_open(ConfigRelid("cutover_stops"), AccessShareLock);
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	scan = systable_beginscan(rel, ConfigRelid("cutover_stops_pkey"), false, snapshot, 0, NULL);
-	while (!done && HeapTupleIsValid(tup = systable_getnext(scan)))
-	{
-		bool		isnull;
-		Datum		system = heap_getattr(tup, 1, RelationGetDescr(rel), &isnull);
-
-		(void) heap_getattr(tup, 3, RelationGetDescr(rel), &isnull);
-		done = !isnull && strcmp(TextDatumGetCString(system), self) != 0;
+		if (self == NULL)
+			self = CutoverSystemText();
+		awaited = !CutoverDoneFor(subid, self);
 	}
 	systable_endscan(scan);
-	UnregisterSnapshot(snapshot);
 	table_close(rel, AccessShareLock);
-	if (done)
+	if (!awaited)
 		NotAwaitingEpoch = ConfigEpoch;
-	return !done;
+	return awaited;
+}
+
+/* cutover() completed for subscription subid: record it (as the owner). */
+void
+CutoverRecordDone(Oid subid)
+{
+	Oid			argtypes[2] = {TEXTOID, OIDOID};
+	Datum		args[2] = {CStringGetTextDatum(CutoverSystemText()), ObjectIdGetDatum(subid)};
+
+	if (SPI_execute_with_args("INSERT INTO sharded_seq.cutover_done (system_identifier, subscription)"
+							  " VALUES ($1, $2) ON CONFLICT (system_identifier, subscription)"
+							  " DO UPDATE SET done_at = pg_catalog.now()",
+							  2, argtypes, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not record the cutover in sharded_seq.cutover_done");
+	/* sessions that found a cutover awaited look again */
+	AnnounceConfigChange("counter_config");
 }
 
 /*

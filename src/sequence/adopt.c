@@ -79,6 +79,40 @@ QualifiedName(Oid relid)
 									  get_rel_name(relid));
 }
 
+/*
+ * A serial column's sequence that another column's default draws from too:
+ * the DROP after the switch would fail (2BP01).  Say so, and what to do.
+ * SPI connected.
+ */
+static void
+RefuseSharedSequence(ColumnFacts *f)
+{
+	Oid			types[3] = {OIDOID, OIDOID, INT2OID};
+	Datum		args[3] = {ObjectIdGetDatum(f->seq), ObjectIdGetDatum(f->relid), Int16GetDatum(f->attnum)};
+
+	if (SPI_execute_with_args("SELECT a.adrelid::pg_catalog.regclass::pg_catalog.text, t.attname::pg_catalog.text"
+							  " FROM pg_catalog.pg_depend d"
+							  " JOIN pg_catalog.pg_attrdef a ON a.oid OPERATOR(pg_catalog.=) d.objid"
+							  " JOIN pg_catalog.pg_attribute t ON t.attrelid OPERATOR(pg_catalog.=) a.adrelid"
+							  "  AND t.attnum OPERATOR(pg_catalog.=) a.adnum"
+							  " WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_attrdef'::pg_catalog.regclass"
+							  "   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+							  "   AND d.refobjid OPERATOR(pg_catalog.=) $1"
+							  "   AND NOT (a.adrelid OPERATOR(pg_catalog.=) $2 AND a.adnum OPERATOR(pg_catalog.=) $3)"
+							  " LIMIT 1", 3, types, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the dependencies of sequence %u", f->seq);
+	if (SPI_processed == 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+			 errmsg("sequence %s of column \"%s\" is also the default of column \"%s\" of relation %s",
+					QualifiedName(f->seq), f->column,
+					SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
+					SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+			 errdetail("adopt_column drops a serial column's sequence once the column draws from a sharded sequence."),
+			 errhint("Give the other column a sequence of its own first (CREATE SEQUENCE, then ALTER TABLE ... ALTER COLUMN ... SET DEFAULT nextval(...)).")));
+}
+
 /* One value of a query run as the caller; false if NULL or no row. */
 static bool
 QueryInt64(const char *sql, int64 *value)
@@ -569,6 +603,8 @@ adopt_column(PG_FUNCTION_ARGS)
 				 errdetail("Its values start at %lld in %d shards of blocks of %d.", (long long) start, shards, block),
 				 errhint("Pass fewer shards or a smaller block (shards => 1, block => 100), or make the column bigint first.")));
 
+	if (kind == COLUMN_SERIAL)
+		RefuseSharedSequence(&f);
 	if (kind == COLUMN_IDENTITY_ALWAYS || kind == COLUMN_IDENTITY_BY_DEFAULT)
 		RunDdl(psprintf("ALTER TABLE %s ALTER COLUMN %s DROP IDENTITY", f.table, f.qcolumn));
 	RunDdl(psprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s",

@@ -464,9 +464,12 @@ cutover(PG_FUNCTION_ARGS)
 	}
 	/* the publisher's object ids are in the config rows here now */
 	AdvanceObjectIds();
-	/* what arrived but the publisher no longer has stays refused */
+	/* this server's counters are its own from now on (CutoverAwaited) */
+	CutoverRecordDone(subid);
+	/* what arrived but the publisher no longer has stays refused (read after the advances) */
+	CommandCounterIncrement();
 	if (SPI_execute("SELECT name FROM sharded_seq.sequence_config WHERE positions_unknown ORDER BY name",
-					true, 0) != SPI_OK_SELECT)
+					false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sharded_seq.sequence_config");
 	for (uint64 i = 0; i < SPI_processed; i++)
 		ereport(WARNING,
