@@ -1,7 +1,7 @@
 -- Issue 22 part 2: adopt_column and release_column for each kind of column,
 -- the way back for each, bad inputs (SQLSTATE) and privileges (E2, E3).
 BEGIN;
-SELECT plan(84);
+SELECT plan(85);
 
 CREATE FUNCTION pg_temp.default_of(t regclass, c name) RETURNS text LANGUAGE sql AS $$
   SELECT coalesce(pg_get_expr(d.adbin, d.adrelid), 'identity ' || a.attidentity::text)
@@ -235,6 +235,14 @@ CREATE FUNCTION evil.sharded_nextval(text) RETURNS bigint LANGUAGE sql AS 'SELEC
 CREATE TABLE a_evil (id bigint DEFAULT evil.sharded_nextval('a_evil_id'));
 SELECT throws_ok($$SELECT sharded_seq.release_column('a_evil', 'id')$$, '55000', NULL,
                  'a sharded_nextval() of another schema is no sharded default');
+
+-- a serial column whose sequence another column's default shares: refused up
+-- front with a hint (the DROP after the switch would fail)
+CREATE TABLE sh1 (id bigserial PRIMARY KEY);
+CREATE TABLE sh2 (id bigint PRIMARY KEY DEFAULT nextval('sh1_id_seq'));
+SELECT throws_ok($$SELECT sharded_seq.adopt_column('sh1', 'id')$$, '2BP01',
+    'sequence public.sh1_id_seq of column "id" is also the default of column "id" of relation public.sh2',
+    'a serial sequence another column shares is refused, naming that column');
 
 SELECT * FROM finish();
 ROLLBACK;
