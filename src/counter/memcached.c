@@ -238,24 +238,9 @@ ConfirmDelivered(Amount *a)
 }
 
 /*
- * Does a transaction wait for the counter's commit lock this commit holds
- * (taken in Share by TryBuffer)?  Only then is a delivery confirmed: a round
- * trip on every commit would cost what the quiet request saves.  Lock-table
- * access only: safe after commit.
- */
-static bool
-CommitLockWaited(Amount *a)
-{
-	LOCKTAG		tag;
-
-	SET_LOCKTAG_OBJECT(tag, MyDatabaseId, a->install, (uint32) a->counter_id, 0);
-	return LockHasWaiters(&tag, ShareLock, false);
-}
-
-/*
  * Deliver a node, counting a success as a hit if count_hit; keep it as a
- * leftover if no server took it, else free it.  A commit's amount (count_hit)
- * is confirmed when a transaction waits for the counter's commit lock.
+ * leftover if no server took it, else free it.  A delivered amount is
+ * confirmed (a read on the same connection) before the caller's locks go.
  */
 static void
 DeliverOrKeep(Amount *a, bool count_hit)
@@ -287,11 +272,16 @@ DeliverOrKeep(Amount *a, bool count_hit)
 	 */
 	if (r != MC_OK)
 		StatsCount(KIND_COUNTER, a->counter_id, STAT_ERRORS, 1);
-	else if (count_hit)
+	else
 	{
-		StatsCount(KIND_COUNTER, a->counter_id, STAT_HITS, 1);
-		if (CommitLockWaited(a))
-			ConfirmDelivered(a);
+		if (count_hit)
+			StatsCount(KIND_COUNTER, a->counter_id, STAT_HITS, 1);
+		/*
+		 * Before this transaction lets go of the counter's commit lock (or
+		 * a flush's lock): a set_counter that takes it next reads the key
+		 * on another connection, which memcached may serve first.
+		 */
+		ConfirmDelivered(a);
 	}
 	pfree(a);
 }
