@@ -222,6 +222,41 @@ Deliver(Amount *a)
 }
 
 /*
+ * The worker's forward: an increment that answers, on the ordinary
+ * connection, so the amount is in memcached before the worker lets a
+ * set_counter have the counter's lock (a set reads the key on another
+ * connection; a quiet request on the worker's own could be served after
+ * that read).  One forward carries many commits: the round trips are the
+ * worker's, not a commit's.  A read first: it finds the key missing (then
+ * made with an add that answers, so no concurrent maker's amount vanishes)
+ * or the connection dead (memcached restarted behind it: then nothing is
+ * sent, rather than an increment whose outcome a reset hides).  An incr
+ * that finds no key applied nothing: MC_DOWN, the amount stays.
+ */
+static McResult
+DeliverAnswered(Amount *a)
+{
+	int64		current;
+	uint64		unused;
+	McResult	r = McGet(a->key, &current);
+
+	if (r == MC_MISSING)
+	{
+		r = McAdd(a->key, 0, 0);
+		if (r != MC_OK && r != MC_EXISTS)
+			return MC_DOWN;
+	}
+	else if (r != MC_OK)
+		return MC_DOWN;
+	r = McIncr(a->key, a->amount, &unused);
+	if (r == MC_MISSING)
+		return MC_DOWN;
+	if (r != MC_DOWN)
+		StatsMcDelivered(a->counter_id, a->since != 0 ? a->since : GetCurrentTimestamp());
+	return r;
+}
+
+/*
  * Wait until memcached has processed this backend's quiet requests to a's
  * key: a read on the same connection is answered after them.  memcached
  * orders requests per connection only, so a set_counter (or alter_counter)
@@ -843,16 +878,13 @@ MemcachedForward(Oid install, int32 counter_id)
 	}
 	a->amount = Min((uint64) amount, MC_MAX_DELTA);
 	a->since = since;
-	r = Deliver(a);
+	r = DeliverAnswered(a);
 	if (r == MC_DOWN)
 	{
 		SlotForwardEnd(slot, amount, since);
 		pfree(a);
 		return 0;
 	}
-	/* in memcached before the worker lets a set_counter have the lock */
-	if (r == MC_OK)
-		ConfirmDelivered(a);
 	SlotForwardEnd(slot, amount - (int64) a->amount, since);
 	/* more than one request can carry: the rest goes at the next forward */
 	if (amount > (int64) a->amount)
