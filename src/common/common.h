@@ -125,6 +125,7 @@ extern void BeginAsOwner(OwnerContext *ctx);
 extern void EndAsOwner(OwnerContext *ctx);
 extern bool HasPrivilege(Oid owner, Acl *acl, Oid role, AclMode mode);
 extern bool SequenceReadable(Oid owner, Acl *acl, Oid role);
+extern bool StatsReader(Oid role);
 extern void CheckPrivilege(ObjectKind kind, const char *name, Oid owner,
 						   Acl *acl, AclMode mode);
 extern void CheckOwnership(ObjectKind kind, const char *name, Oid owner, Oid role);
@@ -244,7 +245,6 @@ extern void StatsMcDelivered(int32 counter_id, TimestampTz since);
 extern void StatsMcCleaned(int32 counter_id, TimestampTz read_at);
 extern void StatsMcGivenBack(int32 counter_id, TimestampTz since);
 extern TimestampTz StatsMcOldest(int32 counter_id);
-extern TimestampTz StatsStartedAt(void);
 extern Size CountsShmemSize(void);
 extern void CountsShmemInit(void);
 

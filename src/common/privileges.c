@@ -7,6 +7,8 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_authid.h"
+
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -77,6 +79,16 @@ HasPrivilege(Oid owner, Acl *acl, Oid role, AclMode mode)
  * reserved_high_water)?  As pg_sequences shows last_value: to the owner's
  * members and to holders of usage (or select).
  */
+/*
+ * May role see monitoring figures of objects it may not otherwise read?
+ * pg_read_all_stats may, as pg_stat_statements shows it every query.
+ */
+bool
+StatsReader(Oid role)
+{
+	return has_privs_of_role(role, ROLE_PG_READ_ALL_STATS);
+}
+
 bool
 SequenceReadable(Oid owner, Acl *acl, Oid role)
 {

@@ -406,13 +406,6 @@ StatsMcOldest(int32 counter_id)
 	return clean != 0 ? clean : Shared->started_at;
 }
 
-/* When the shared counts began (the server's start), or 0 if not preloaded. */
-TimestampTz
-StatsStartedAt(void)
-{
-	return Shared ? Shared->started_at : 0;
-}
-
 static void
 EmitRow(ReturnSetInfo *rsinfo, int32 kind, int32 id, const uint64 *v, const char *scope)
 {

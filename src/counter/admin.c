@@ -11,7 +11,6 @@
 
 #include "access/xact.h"
 #include "access/htup_details.h"
-#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -616,7 +615,7 @@ counter_backlog(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "counter_backlog must return a row");
-	if ((CounterReadable(id) || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS)) &&
+	if ((CounterReadable(id) || StatsReader(GetUserId())) &&
 		FetchCounterConfig(NULL, id, &row))
 	{
 		TimestampTz since;

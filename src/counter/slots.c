@@ -425,17 +425,9 @@ SlotPendingSince(int32 counter_id, TimestampTz *since)
 int64
 SlotPending(int32 counter_id)
 {
-	BufferSlot *s;
-	uint64		v;
+	TimestampTz since;
 
-	if (Shared == NULL)
-		return 0;
-	s = FindSlot(MyDatabaseId, ConfigRelid("counter_config"), counter_id);
-	if (s == NULL)
-		return 0;
-	v = pg_atomic_read_u64(&s->pending);
-	/* re-check: the slot may have been freed and claimed for another counter */
-	return SlotIs(s, MyDatabaseId, ConfigRelid("counter_config"), counter_id) ? (int64) v : 0;
+	return SlotPendingSince(counter_id, &since);
 }
 
 /*

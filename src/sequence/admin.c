@@ -20,7 +20,6 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
-#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "common/int.h"
@@ -719,7 +718,7 @@ SequenceHighWater(int32 id, bool stats_readers, int64 *high_water)
 		Datum		acl = SPI_getbinval(tup, desc, 6, &isnull);
 
 		if (SequenceReadable(owner, isnull ? NULL : DatumGetAclP(acl), ctx.caller) ||
-			(stats_readers && has_privs_of_role(ctx.caller, ROLE_PG_READ_ALL_STATS)))
+			(stats_readers && StatsReader(ctx.caller)))
 		{
 			base = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 			high = GenerationHighWater(id, generation, base, shards, block);

@@ -17,9 +17,7 @@
 #include "access/htup_details.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "catalog/pg_authid.h"
 #include "miscadmin.h"
-#include "utils/acl.h"
 
 #include "sequence/sequence_internal.h"
 
@@ -41,7 +39,7 @@ sequence_usage(PG_FUNCTION_ARGS)
 		values[4] = Int64GetDatum(high);
 		nulls[4] = false;
 	}
-	if (SequenceIdReadable(id) || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
+	if (SequenceIdReadable(id) || StatsReader(GetUserId()))
 	{
 		int64		counts[NUM_STAT_FIELDS];
 
