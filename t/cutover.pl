@@ -28,7 +28,7 @@ max_logical_replication_workers = 8
 my $pub = ssq_node('pub', preload => 1, allows_streaming => 'logical', conf => $conf, db => 'app');
 my $sub = ssq_node('sub', preload => 1, allows_streaming => 'logical', conf => $conf, start => 0);
 $sub->start;
-my ($sessions, $txns) = (4, 1500);
+my ($sessions, $txns) = (4, 20000);
 
 $pub->safe_psql('app', q{
 SELECT sharded_seq.create_sequence('orders_id', block => 50);
@@ -57,13 +57,15 @@ $sub->poll_query_until('app',
   or die 'the subscription did not synchronize';
 $sub->poll_query_until('app', 'SELECT count(*) = 2000 FROM orders') or die 'rows did not arrive';
 
-# writers on the publisher, left running; each prints every id it is handed
+# writers on the publisher, left running until the test stops them (after
+# each was refused by the cutover); each prints every id it is handed
 my @scripts;
 for my $s (1 .. $sessions)
 {
 	my $sql = '';
 	for my $k (1 .. $txns)
 	{
+		$sql .= stop_point('writers') if $k % 10 == 1;
 		my $end = $k % 5 == 0 ? 'ROLLBACK' : 'COMMIT';
 		my $tag = $k % 5 == 0 ? 'rb' : 'c';
 		$sql .= "BEGIN;\nINSERT INTO orders (w) VALUES ($s) RETURNING '$tag ' || id || ' ' || ticket;\n"
@@ -108,6 +110,20 @@ like($err, qr/stopped by a cutover/, 'the old primary refuses to draw');
 like($err, qr/stopped by a cutover/, 'the old primary refuses increments');
 ($ret, $out, $err) = $pub->psql('app', "SELECT sharded_seq.alter_sequence('orders_id', block => 60)");
 like($err, qr/stopped by a cutover/, 'the old primary refuses layout changes, which would replicate');
+# every writer runs on into the stop, then the test stops them
+poll_until(
+	sub {
+		for my $s (@$load)
+		{
+			open my $fh, '<', "$s->{file}.err" or return 0;
+			local $/;
+			my $err = <$fh>;
+			return 0 unless $err =~ /stopped by a cutover/;
+		}
+		return 1;
+	},
+	'every writer refused by the cutover');
+stop_load($pub, 'app', 'writers');
 my ($outs, $errs) = load_finish($load);
 my $refused = grep { /stopped by a cutover/ } @$errs;
 ok($refused > 0, "writers still running were refused ($refused sessions)");
