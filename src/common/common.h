@@ -112,6 +112,12 @@ extern const char *StoredModeName(CounterMode mode);
 extern Oid	CurrentInstallation(void);
 extern uint64 InstallationToken(void);
 
+/* citus.c: a Citus cluster, administration carried to every node */
+extern int32 CitusGroup(void);
+extern void ClusterAdminRecord(FunctionCallInfo fcinfo, ObjectKind kind,
+							   const char *op);
+extern bool ClusterPull(ObjectKind kind, const char *name);
+
 /* privileges.c: running as the owner, ACLs */
 typedef struct OwnerContext
 {

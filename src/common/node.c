@@ -63,11 +63,33 @@ static int	SessionNode = -1;	/* fixed at first use; -1 before */
 static bool ClaimVerified = false;	/* our claim, committed, was seen ... */
 static uint64 ClaimEpoch = 0;	/* ... under this ConfigEpoch */
 
-/* This session's first use: its node id from now on (SessionNodeId). */
+/*
+ * This session's first use: its node id from now on (SessionNodeId).  In a
+ * Citus cluster, Citus group g is node g + 1 (node 0 is a single node, with
+ * no range of its own), whatever the setting, which may only agree.
+ */
 static int32
 SessionNodeFirstUse(void)
 {
-	SessionNode = NodeIdSetting;
+	int32		group = CitusGroup();
+
+	if (group < 0)
+		SessionNode = NodeIdSetting;
+	else if (group + 1 > SHARDED_SEQ_MAX_NODE)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("Citus group %d has no sharded_seq node id", group),
+				 errdetail("Citus group g is node id g + 1, and node ids end at %d; Citus never gives a group id twice, so the groups past %d can draw no sequence value and write no counter row.",
+						   SHARDED_SEQ_MAX_NODE, SHARDED_SEQ_MAX_NODE - 1),
+				 errhint("Draw values and increment counters on the coordinator or on a worker of a lower group.")));
+	else if (NodeIdSetting != 0 && NodeIdSetting != group + 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sharded_seq.node_id is %d, but this node is Citus group %d, node id %d", NodeIdSetting, group, group + 1),
+				 errdetail("In a Citus cluster each node takes its node id from its Citus group (g + 1), so that no two nodes draw one value."),
+				 errhint("Remove the setting (ALTER SYSTEM RESET sharded_seq.node_id; SELECT pg_reload_conf(); then reconnect), or set it to %d.", group + 1)));
+	else
+		SessionNode = group + 1;
 	return SessionNode;
 }
 

@@ -133,6 +133,7 @@ create_counter(PG_FUNCTION_ARGS)
 				 errmsg("counter \"%s\" already exists", name),
 				 errhint("Use sharded_seq.alter_counter() to change it, or choose another name.")));
 	EndAsOwner(&ctx);
+	ClusterAdminRecord(fcinfo, KIND_COUNTER, "create");
 	PG_RETURN_VOID();
 }
 
@@ -195,6 +196,7 @@ alter_counter(PG_FUNCTION_ARGS)
 	if (!layout_given)
 	{
 		EndAsOwner(&ctx);
+		ClusterAdminRecord(fcinfo, KIND_COUNTER, "change");
 		PG_RETURN_VOID();
 	}
 
@@ -220,6 +222,7 @@ alter_counter(PG_FUNCTION_ARGS)
 		AnnounceConfigChange("counter_config");
 	}
 	EndAsOwner(&ctx);
+	ClusterAdminRecord(fcinfo, KIND_COUNTER, "change");
 	PG_RETURN_VOID();
 }
 
@@ -487,6 +490,7 @@ drop_counter(PG_FUNCTION_ARGS)
 	ShardRowsDrop(row.id);
 	AnnounceConfigChange("counter_config");
 	EndAsOwner(&ctx);
+	ClusterAdminRecord(fcinfo, KIND_COUNTER, "drop");
 	PG_RETURN_VOID();
 }
 
@@ -528,6 +532,7 @@ Datum
 grant_counter(PG_FUNCTION_ARGS)
 {
 	ChangeCounterAcl(fcinfo, true);
+	ClusterAdminRecord(fcinfo, KIND_COUNTER, "change");
 	PG_RETURN_VOID();
 }
 
@@ -536,6 +541,7 @@ Datum
 revoke_counter(PG_FUNCTION_ARGS)
 {
 	ChangeCounterAcl(fcinfo, false);
+	ClusterAdminRecord(fcinfo, KIND_COUNTER, "change");
 	PG_RETURN_VOID();
 }
 

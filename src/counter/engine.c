@@ -378,6 +378,8 @@ RefreshCounter(CounterEntry *entry, bool create_missing)
 	OwnerContext ctx;
 
 	LoadCounterConfig(entry);
+	if (!entry->exists && ClusterPull(KIND_COUNTER, entry->cache.name))
+		LoadCounterConfig(entry);
 	if (entry->exists || !create_missing || SessionNodeId() > 0)
 		return;
 	PreventCommandIfReadOnly("counter_incr()");

@@ -444,6 +444,7 @@ create_sequence(PG_FUNCTION_ARGS)
 	ReapShards();
 	AnnounceConfigChange("sequence_config");
 	EndAsOwner(&ctx);
+	ClusterAdminRecord(fcinfo, KIND_SEQUENCE, "create");
 	PG_RETURN_VOID();
 }
 
@@ -484,6 +485,7 @@ alter_sequence(PG_FUNCTION_ARGS)
 		(cache && row.cache && strcmp(cache, row.cache) != 0))
 		NewGeneration(name, &row, shards, block, tier, cache, PG_INT64_MIN);
 	EndAsOwner(&ctx);
+	ClusterAdminRecord(fcinfo, KIND_SEQUENCE, "change");
 	PG_RETURN_VOID();
 }
 
@@ -561,6 +563,7 @@ advance_sequence(PG_FUNCTION_ARGS)
 	/* the old primary is gone: its object ids are taken here too */
 	AdvanceObjectIds();
 	EndAsOwner(&ctx);
+	ClusterAdminRecord(fcinfo, KIND_SEQUENCE, "change");
 	PG_RETURN_VOID();
 }
 
@@ -604,6 +607,7 @@ drop_sequence(PG_FUNCTION_ARGS)
 	BeginAdmin(&ctx);
 	(void) DropOwnedSeq(&ctx, name);
 	EndAsOwner(&ctx);
+	ClusterAdminRecord(fcinfo, KIND_SEQUENCE, "drop");
 	PG_RETURN_VOID();
 }
 
@@ -665,6 +669,7 @@ Datum
 grant_sequence(PG_FUNCTION_ARGS)
 {
 	ChangeSequenceAcl(fcinfo, true);
+	ClusterAdminRecord(fcinfo, KIND_SEQUENCE, "change");
 	PG_RETURN_VOID();
 }
 
@@ -673,6 +678,7 @@ Datum
 revoke_sequence(PG_FUNCTION_ARGS)
 {
 	ChangeSequenceAcl(fcinfo, false);
+	ClusterAdminRecord(fcinfo, KIND_SEQUENCE, "change");
 	PG_RETURN_VOID();
 }
 

@@ -350,6 +350,14 @@ LoadSequenceConfig(SeqEntry *entry)
 	return found;
 }
 
+/* Load entry's configuration; a Citus worker may take it from the coordinator first. */
+static bool
+LoadOrPullSequence(SeqEntry *entry)
+{
+	return LoadSequenceConfig(entry) ||
+		(ClusterPull(KIND_SEQUENCE, entry->cache.name) && LoadSequenceConfig(entry));
+}
+
 static SeqEntry *
 LookupSequence(FunctionCallInfo fcinfo)
 {
@@ -358,7 +366,7 @@ LookupSequence(FunctionCallInfo fcinfo)
 
 	if (SessionSalt == 0)
 		SessionSalt = murmurhash32((uint32) MyProcPid ^ (uint32) MyStartTime) | 1;
-	if (is_new && !LoadSequenceConfig(entry))
+	if (is_new && !LoadOrPullSequence(entry))
 	{
 		char		name[NAMEDATALEN];
 
@@ -369,7 +377,7 @@ LookupSequence(FunctionCallInfo fcinfo)
 
 	/* See administrative changes committed by other sessions at once. */
 	AcceptInvalidationMessages();
-	if (entry->loaded_epoch != ConfigEpoch && !LoadSequenceConfig(entry))
+	if (entry->loaded_epoch != ConfigEpoch && !LoadOrPullSequence(entry))
 		ReportNotFound(KIND_SEQUENCE, entry->cache.name);
 	if (entry->checked_user != GetUserId() || entry->checked_epoch != PrivilegeEpoch)
 	{

@@ -1,0 +1,425 @@
+/*
+ * citus.c
+ *	  A Citus cluster: which Citus group this node is (node.c turns it into
+ *	  the node id), and administration carried from the coordinator to every
+ *	  node through sharded_seq.cluster_calls.
+ *
+ * cluster_calls is a Citus reference table, made one by the coordinator's
+ * first administrative call in a cluster (ClusterCallsReady).  A row the
+ * coordinator writes reaches every node's placement in the same distributed
+ * transaction (Citus commits it in two phases), and an AFTER INSERT trigger
+ * on each placement runs the row's call there (cluster_call_arrived), as the
+ * role that made it.  The coordinator ran the call itself before writing
+ * the row, so its own placement skips it.  The table keeps every call of
+ * every live object (a drop deletes the object's rows), so a node that has
+ * no placement yet, or that got it after a change, replays an object's calls
+ * at its first use of the object (ClusterPull).  Live state (shards,
+ * reservations, counter rows) is never carried: each node keeps its own.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "common/common.h"
+
+/* cluster_calls' columns, as the trigger reads them */
+#define Anum_call_kind		1
+#define Anum_call_name		2
+#define Anum_call_op		4
+#define Anum_call_made_by	5
+#define Anum_call_call		6
+
+/* cluster_calls.kind of an object kind */
+#define KIND_TEXT(kind)		((kind) == KIND_SEQUENCE ? "sequence" : "counter")
+
+/* true while this backend runs a call that came from the coordinator */
+static bool ClusterApplying = false;
+
+/*
+ * This node's Citus group, or -1 when the database is in no Citus cluster
+ * (no citus extension here, or no node in its metadata yet).  The
+ * coordinator is group 0; Citus never gives a group id twice.
+ */
+int32
+CitusGroup(void)
+{
+	Oid			local_rel;
+	Oid			node_rel;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+	Snapshot	snapshot;
+	bool		member;
+	int32		group = -1;
+
+	if (!IsTransactionState() || !OidIsValid(get_extension_oid("citus", true)))
+		return -1;
+	local_rel = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
+	node_rel = get_relname_relid("pg_dist_node", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(local_rel) || !OidIsValid(node_rel))
+		return -1;
+
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	rel = table_open(node_rel, AccessShareLock);
+	scan = table_beginscan(rel, snapshot, 0, NULL);
+	member = heap_getnext(scan, ForwardScanDirection) != NULL;
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	if (member)
+	{
+		rel = table_open(local_rel, AccessShareLock);
+		scan = table_beginscan(rel, snapshot, 0, NULL);
+		if ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		{
+			bool		isnull;
+			Datum		d = heap_getattr(tup, 1, RelationGetDescr(rel), &isnull);
+
+			if (!isnull)
+				group = DatumGetInt32(d);
+		}
+		table_endscan(scan);
+		table_close(rel, AccessShareLock);
+	}
+	UnregisterSnapshot(snapshot);
+	return group;
+}
+
+/* The SQL call that repeats the running function's call, arguments as literals. */
+static char *
+CallText(FunctionCallInfo fcinfo)
+{
+	HeapTuple	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+	Form_pg_proc form;
+	StringInfoData buf;
+
+	if (!HeapTupleIsValid(proc))
+		elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+	form = (Form_pg_proc) GETSTRUCT(proc);
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "SELECT %s.%s(",
+					 quote_identifier(get_namespace_name(form->pronamespace)),
+					 quote_identifier(NameStr(form->proname)));
+	for (int i = 0; i < PG_NARGS(); i++)
+	{
+		Oid			type = form->proargtypes.values[i];
+
+		if (i > 0)
+			appendStringInfoString(&buf, ", ");
+		if (PG_ARGISNULL(i))
+			appendStringInfoString(&buf, "NULL");
+		else
+		{
+			Oid			out;
+			bool		varlena;
+
+			getTypeOutputInfo(type, &out, &varlena);
+			appendStringInfoString(&buf,
+								   quote_literal_cstr(OidOutputFunctionCall(out, PG_GETARG_DATUM(i))));
+		}
+		appendStringInfo(&buf, "::%s", format_type_be_qualified(type));
+	}
+	appendStringInfoChar(&buf, ')');
+	ReleaseSysCache(proc);
+	return buf.data;
+}
+
+/* Run sql with SPI (connected), expecting result; returns SPI_processed. */
+static uint64
+RunSql(const char *sql, int nargs, Oid *types, Datum *args, int expected)
+{
+	int			rc = SPI_execute_with_args(sql, nargs, types, args, NULL, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "sharded_seq: cluster statement failed (%d): %s", rc, sql);
+	return SPI_processed;
+}
+
+/*
+ * Make cluster_calls a reference table, the first time, with a row for the
+ * creation and the grants of every object that exists already; then make
+ * sure every node has a placement of it (a node added since has none until
+ * Citus copies its reference tables there).  Returns true if it seeded the
+ * table now: the call being recorded is in the seed.  As the owner.
+ */
+static bool
+ClusterCallsReady(void)
+{
+	bool		seeded = false;
+	int			nest;
+
+	nest = NewGUCNestLevel();
+	/* Citus refuses a reference table with triggers without this */
+	(void) set_config_option("citus.enable_unsafe_triggers", "on",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	RunSql("SELECT 1 FROM pg_catalog.pg_dist_partition"
+		   " WHERE logicalrelid OPERATOR(pg_catalog.=) 'sharded_seq.cluster_calls'::pg_catalog.regclass",
+		   0, NULL, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		/* empty first: Citus copies rows to a placement without firing triggers */
+		RunSql("SELECT pg_catalog.create_reference_table('sharded_seq.cluster_calls')",
+			   0, NULL, NULL, SPI_OK_SELECT);
+		RunSql("INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)"
+			   " SELECT 'sequence', c.name, 1, 'create', r.rolname,"
+			   "        pg_catalog.format('SELECT sharded_seq.create_sequence(%L, shards => %s, block => %s, tier => %L, cache => %L)',"
+			   "                          c.name, c.shards, c.block, c.tier, c.cache)"
+			   "   FROM sharded_seq.sequence_config c"
+			   "   JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.owner"
+			   " UNION ALL"
+			   " SELECT 'counter', c.name, 1, 'create', r.rolname,"
+			   "        pg_catalog.format('SELECT sharded_seq.create_counter(%L, shards => %s, mode => %L)',"
+			   "                          c.name, COALESCE(c.shards::pg_catalog.text, 'NULL'), c.mode)"
+			   "   FROM sharded_seq.counter_config c"
+			   "   JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.owner",
+			   0, NULL, NULL, SPI_OK_INSERT);
+		RunSql("INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)"
+			   " SELECT g.kind, g.name,"
+			   "        1 OPERATOR(pg_catalog.+) pg_catalog.row_number() OVER (PARTITION BY g.kind, g.name ORDER BY g.grantee, g.privilege),"
+			   "        'change', g.owner_name,"
+			   "        pg_catalog.format('SELECT sharded_seq.grant_%s(%L, %L, %L)', g.kind, g.name, g.grantee, g.privilege)"
+			   "   FROM (SELECT k.kind, k.name, o.rolname AS owner_name,"
+			   "                CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'public'"
+			   "                     ELSE gr.rolname::pg_catalog.text END AS grantee,"
+			   "                pg_catalog.lower(a.privilege_type) AS privilege"
+			   "           FROM (SELECT 'sequence' AS kind, name, owner, acl FROM sharded_seq.sequence_config"
+			   "                 UNION ALL"
+			   "                 SELECT 'counter', name, owner, acl FROM sharded_seq.counter_config) k"
+			   "           JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) k.owner"
+			   "          CROSS JOIN LATERAL pg_catalog.aclexplode(k.acl) a"
+			   "           LEFT JOIN pg_catalog.pg_roles gr ON gr.oid OPERATOR(pg_catalog.=) a.grantee"
+			   "          WHERE a.grantee OPERATOR(pg_catalog.<>) k.owner) g",
+			   0, NULL, NULL, SPI_OK_INSERT);
+		seeded = true;
+	}
+	else
+	{
+		RunSql("SELECT 1 FROM pg_catalog.pg_dist_node n"
+			   " WHERE n.isactive AND n.noderole OPERATOR(pg_catalog.=) 'primary'"
+			   "   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_placement p"
+			   "                     JOIN pg_catalog.pg_dist_shard s ON s.shardid OPERATOR(pg_catalog.=) p.shardid"
+			   "                    WHERE s.logicalrelid OPERATOR(pg_catalog.=) 'sharded_seq.cluster_calls'::pg_catalog.regclass"
+			   "                      AND p.groupid OPERATOR(pg_catalog.=) n.groupid)",
+			   0, NULL, NULL, SPI_OK_SELECT);
+		if (SPI_processed > 0)
+			RunSql("SELECT pg_catalog.replicate_reference_tables('block_writes')",
+				   0, NULL, NULL, SPI_OK_SELECT);
+	}
+	AtEOXact_GUC(true, nest);
+	return seeded;
+}
+
+/*
+ * The end of every administrative function (its first argument is the
+ * object's name): on the coordinator of a Citus cluster, carry the call to
+ * every node, in this transaction; on a worker, refuse it (a definition
+ * changed there would differ from every other node's), unless it came from
+ * the coordinator.  op is "create", "change" or "drop".  The refusal comes
+ * after the function's work, which the error rolls back.
+ */
+void
+ClusterAdminRecord(FunctionCallInfo fcinfo, ObjectKind kind, const char *op)
+{
+	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, NAMEOID, TEXTOID};
+	Datum		args[5];
+	OwnerContext ctx;
+	int32		group;
+	char	   *call;
+
+	if (ClusterApplying || (group = CitusGroup()) < 0)
+		return;
+	if (group > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sharded_seq administration runs on the Citus coordinator"),
+				 errdetail("This node is a worker of a Citus cluster (group %d): a definition changed here would differ from every other node's.",
+						   group),
+				 errhint("Run it on the coordinator: it reaches every node in the same transaction.")));
+	call = CallText(fcinfo);
+	BeginAsOwner(&ctx);
+	if (!ClusterCallsReady())
+	{
+		args[0] = CStringGetTextDatum(KIND_TEXT(kind));
+		args[1] = PG_GETARG_DATUM(0);
+		args[2] = CStringGetTextDatum(op);
+		args[3] = DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(ctx.caller, false)));
+		args[4] = CStringGetTextDatum(call);
+		RunSql("INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)"
+			   " SELECT $1, $2, COALESCE(pg_catalog.max(n), 0) OPERATOR(pg_catalog.+) 1, $3, $4, $5"
+			   "   FROM sharded_seq.cluster_calls"
+			   "  WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
+			   5, types, args, SPI_OK_INSERT);
+		if (strcmp(op, "drop") == 0)
+			RunSql("DELETE FROM sharded_seq.cluster_calls"
+				   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
+				   2, types, args, SPI_OK_DELETE);
+	}
+	EndAsOwner(&ctx);
+}
+
+/* Whether kind's object name exists here (SPI connected, as the owner). */
+static bool
+ObjectHere(ObjectKind kind, const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+
+	return RunSql(kind == KIND_SEQUENCE
+				  ? "SELECT 1 FROM sharded_seq.sequence_config WHERE name OPERATOR(pg_catalog.=) $1"
+				  : "SELECT 1 FROM sharded_seq.counter_config WHERE name OPERATOR(pg_catalog.=) $1",
+				  1, types, args, SPI_OK_SELECT) > 0;
+}
+
+/* Run one call from the coordinator here, as the role that made it. */
+static void
+ApplyCall(const char *made_by, const char *call)
+{
+	Oid			role = get_role_oid(made_by, true);
+	Oid			saved_user;
+	int			saved_context;
+	int			nest;
+
+	if (!OidIsValid(role))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role \"%s\" of a sharded_seq call from the coordinator does not exist on this node", made_by),
+				 errdetail("The call: %s", call),
+				 errhint("Create the role with Citus's role propagation on (citus.enable_create_role_propagation), or on this node by hand.")));
+	GetUserIdAndSecContext(&saved_user, &saved_context);
+	SetUserIdAndSecContext(role, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+	nest = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	ClusterApplying = true;
+	PG_TRY();
+	{
+		RunSql(call, 0, NULL, NULL, SPI_OK_SELECT);
+	}
+	PG_FINALLY();
+	{
+		ClusterApplying = false;
+	}
+	PG_END_TRY();
+	AtEOXact_GUC(true, nest);
+	SetUserIdAndSecContext(saved_user, saved_context);
+	CommandCounterIncrement();
+}
+
+/* Replay every call of kind's object name, in order (SPI connected).  Returns how many. */
+static uint64
+ReplayObject(ObjectKind kind, const char *name)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(KIND_TEXT(kind)), CStringGetTextDatum(name)};
+	SPITupleTable *calls;
+	uint64		n = RunSql("SELECT made_by::pg_catalog.text, call FROM sharded_seq.cluster_calls"
+						   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2"
+						   " ORDER BY n", 2, types, args, SPI_OK_SELECT);
+
+	calls = SPI_tuptable;
+	for (uint64 i = 0; i < n; i++)
+		ApplyCall(SPI_getvalue(calls->vals[i], calls->tupdesc, 1),
+				  SPI_getvalue(calls->vals[i], calls->tupdesc, 2));
+	return n;
+}
+
+/*
+ * On a Citus worker, an object this node does not have: take every
+ * definition this node lacks from the coordinator's calls, now (a node
+ * added to the cluster has none).  Returns true if kind's name was among
+ * them (the caller loads it again).
+ */
+bool
+ClusterPull(ObjectKind kind, const char *name)
+{
+	OwnerContext ctx;
+	SPITupleTable *objects;
+	uint64		n;
+	bool		pulled = false;
+
+	if (ClusterApplying || CitusGroup() <= 0)
+		return false;
+	BeginAsOwner(&ctx);
+	/* Citus joins no local table with a reference table placed elsewhere: two steps */
+	n = RunSql("SELECT DISTINCT kind, name FROM sharded_seq.cluster_calls ORDER BY 1, 2",
+			   0, NULL, NULL, SPI_OK_SELECT);
+	objects = SPI_tuptable;
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *kind_text = SPI_getvalue(objects->vals[i], objects->tupdesc, 1);
+		char	   *object = SPI_getvalue(objects->vals[i], objects->tupdesc, 2);
+		ObjectKind	k = strcmp(kind_text, "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER;
+
+		if (ObjectHere(k, object))
+			continue;
+		ReplayObject(k, object);
+		pulled |= (k == kind && strcmp(object, name) == 0);
+	}
+	EndAsOwner(&ctx);
+	return pulled;
+}
+
+/*
+ * AFTER INSERT on each placement of cluster_calls: run the call on this
+ * node.  A creation of an object this node has already (made here by hand)
+ * fails, and with it the coordinator's transaction.  A change or a drop of
+ * an object this node does not have yet is left to the replay at its first
+ * use (ClusterPull): Citus copies a placement to a new node without firing
+ * triggers.
+ */
+PG_FUNCTION_INFO_V1(cluster_call_arrived);
+Datum
+cluster_call_arrived(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	tup;
+	bool		isnull;
+	char	   *kind_text;
+	ObjectKind	kind;
+	char	   *name;
+	char	   *op;
+	OwnerContext ctx;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("sharded_seq.cluster_call_arrived() must be called as an AFTER INSERT row trigger"),
+				 errhint("It is fired by writes to sharded_seq.cluster_calls; do not call it directly.")));
+	/* the coordinator ran the call already; outside a cluster (a restore) nothing runs */
+	if (ClusterApplying || CitusGroup() <= 0)
+		return PointerGetDatum(NULL);
+
+	tup = trigdata->tg_trigtuple;
+	desc = RelationGetDescr(trigdata->tg_relation);
+	kind_text = TextDatumGetCString(heap_getattr(tup, Anum_call_kind, desc, &isnull));
+	kind = strcmp(kind_text, "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER;
+	name = TextDatumGetCString(heap_getattr(tup, Anum_call_name, desc, &isnull));
+	op = TextDatumGetCString(heap_getattr(tup, Anum_call_op, desc, &isnull));
+
+	BeginAsOwner(&ctx);
+	if (strcmp(op, "create") == 0 || ObjectHere(kind, name))
+		ApplyCall(NameStr(*DatumGetName(heap_getattr(tup, Anum_call_made_by, desc, &isnull))),
+				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)));
+	EndAsOwner(&ctx);
+	return PointerGetDatum(NULL);
+}

@@ -1,0 +1,220 @@
+# Citus (issue 23): a coordinator and two workers on loopback, Citus built
+# from ../shared/citus by scripts/setup.sh (PostgreSQL 15 only; elsewhere,
+# or without the sources, this test skips).  It checks:
+#  - node ids from Citus groups (group g is node g + 1), and a setting that
+#    disagrees refused;
+#  - administration on the coordinator reaching every node in its
+#    transaction (create, alter, advance, grant, drop, a rollback), and
+#    refused on a worker;
+#  - sharded_nextval wherever Citus evaluates it: the coordinator, a worker a
+#    client writes to, a repartitioned INSERT ... SELECT; sessions on every
+#    node at once, some rolled back, never draw one value twice (S1) and
+#    each session's values increase (S2);
+#  - a worker added mid-test takes every definition before its first use,
+#    and later changes; a worker removed leaves the others working.
+use strict;
+use warnings;
+
+use ShardedSeq::Node;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $libdir = `pg_config --pkglibdir`;
+chomp $libdir;
+plan skip_all => "Citus is not installed for this PostgreSQL ($libdir/citus.so); scripts/setup.sh builds it from ../shared/citus on PostgreSQL 15"
+  unless -f "$libdir/citus.so";
+
+my $db = 'app';
+
+# a node with Citus and sharded_seq preloaded (Citus first), database app
+# holding the citus extension
+sub citus_node
+{
+	my ($name) = @_;
+	my $node = ssq_node(
+		$name,
+		start => 0,
+		conf => "shared_preload_libraries = 'citus,sharded_seq'\n"
+		  . "max_prepared_transactions = 100\n"
+		  . "citus.max_cached_conns_per_worker = 4\n");
+	# Citus's loopback connections (copying reference tables) go there too
+	$node->append_conf('postgresql.conf', "citus.local_hostname = '" . $node->host . "'\n");
+	$node->start;
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, 'CREATE EXTENSION citus');
+	return $node;
+}
+
+# Citus reaches every node through its socket directory and port
+sub add_node
+{
+	my ($coordinator, $node) = @_;
+	$coordinator->safe_psql($db,
+		"SELECT citus_add_node('" . $node->host . "', " . $node->port . ')');
+	return;
+}
+
+my $c = citus_node('coordinator');
+my @w = map { citus_node("worker$_") } 1 .. 2;
+$c->safe_psql($db,
+	"SELECT citus_set_coordinator_host('" . $c->host . "', " . $c->port . ')');
+add_node($c, $_) for @w;
+$c->safe_psql($db, 'CREATE EXTENSION sharded_seq');
+$c->safe_psql($db, 'CREATE ROLE alice; CREATE ROLE bob');
+
+# ---- node ids from Citus groups
+is(join(',', map { $_->safe_psql($db, 'SELECT sharded_seq.node_id()') } $c, @w),
+	'1,2,3', 'each node takes its node id from its Citus group (g + 1)');
+
+# ---- administration reaches every node, in the coordinator's transaction
+$c->safe_psql(
+	$db, q{
+SELECT sharded_seq.create_sequence('orders_id', block => 200);
+SELECT sharded_seq.create_counter('hits');
+SELECT sharded_seq.grant_sequence('orders_id', 'alice');
+SELECT sharded_seq.create_sequence('short_lived');
+SELECT sharded_seq.drop_sequence('short_lived');
+SELECT sharded_seq.alter_sequence('orders_id', block => 100);
+});
+my ($rc, $out, $err) = $c->psql($db,
+	"BEGIN; SELECT sharded_seq.create_sequence('rolled_back'); SELECT sharded_seq.create_counter('rolled_back_too'); ROLLBACK;"
+);
+
+my $definitions = q{
+SELECT string_agg(format('%s %s %s %s %s %s %s', name, shards, block, tier, cache, owner, acl), '; ' ORDER BY name)
+  FROM sharded_seq.sequence_config;
+SELECT string_agg(format('%s %s %s %s', name, mode, owner, acl), '; ' ORDER BY name)
+  FROM sharded_seq.counter_config;
+};
+my $expected = $c->safe_psql($db, $definitions);
+like($expected, qr/^orders_id 4 100 database node postgres \{postgres=rwU\/postgres,alice=U\/postgres\}\nhits exact postgres $/,
+	'the coordinator has what it was told (and no rolled-back or dropped object)');
+is($_->safe_psql($db, $definitions), $expected,
+	'a worker has the same definitions, grants included') for @w;
+
+($rc, $out, $err) = $w[0]->psql($db, "SELECT sharded_seq.create_sequence('on_a_worker')");
+like($err, qr/administration runs on the Citus coordinator.*\n.*group 1.*\n.*HINT:  Run it on the coordinator/,
+	'a worker refuses administration, with a hint');
+($rc, $out, $err) = $w[0]->psql($db, "SELECT sharded_seq.alter_sequence('orders_id', block => 7)");
+ok($rc != 0 && $w[0]->safe_psql($db, "SELECT block FROM sharded_seq.sequence_config WHERE name = 'orders_id'") == 100,
+	'a refused change on a worker leaves its definition as it was');
+
+# a node that fails the call fails the coordinator's transaction: a counter
+# made by hand on worker 2 (bypassing the refusal) clashes with a creation
+$w[1]->safe_psql($db,
+	"INSERT INTO sharded_seq.counter_config (id, name, shards, mode, owner) VALUES (99999, 'clash', 1, 'exact', 'postgres')");
+($rc, $out, $err) = $c->psql($db, "SELECT sharded_seq.create_counter('clash')");
+like($err, qr/counter "clash" already exists/, 'a creation that fails on one worker fails on the coordinator');
+is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM sharded_seq.counter_config WHERE name = 'clash'") } $c, $w[0]),
+	'0,0', '... and is rolled back on every other node');
+$w[1]->safe_psql($db, "DELETE FROM sharded_seq.counter_config WHERE name = 'clash'");
+
+# ---- sharded_nextval wherever Citus evaluates it
+$c->safe_psql(
+	$db, q{
+CREATE TABLE orders (customer int, id bigint NOT NULL DEFAULT sharded_nextval('orders_id'), v int, PRIMARY KEY (customer, id));
+SELECT create_distributed_table('orders', 'customer');
+INSERT INTO orders (customer, v) SELECT g % 40, g FROM generate_series(1, 400) g;
+-- repartitioned: the workers evaluate the default on their shards
+INSERT INTO orders (customer, v) SELECT customer + 1, v FROM orders;
+});
+is($c->safe_psql($db, 'SELECT count(*) = count(DISTINCT id) AND count(*) = 800 FROM orders'),
+	't', 'a repartitioned INSERT ... SELECT draws distinct values');
+is($c->safe_psql($db, 'SELECT string_agg(DISTINCT (id >> 53)::text, \',\' ORDER BY (id >> 53)::text) FROM orders'),
+	'1,2,3', '... drawn on the coordinator and on each worker, each in its own range');
+is($w[0]->safe_psql($db, "INSERT INTO orders (customer, v) VALUES (7, 1) RETURNING id >> 53"),
+	'2', 'an insert sent to a worker draws there');
+
+# sessions on every node at once, each committing some inserts and rolling
+# back others; every value drawn (kept or not) comes back from RETURNING
+my @runs;
+my @outs;
+my @errs;
+my $per_session = 15;
+for my $node ($c, @w)
+{
+	for my $s (1 .. 2)
+	{
+		my $i = scalar @runs;
+		($outs[$i], $errs[$i]) = ('', '');
+		my @cmds;
+		for my $k (1 .. $per_session)
+		{
+			my $ins = "INSERT INTO orders (customer, v) SELECT g % 97, $i FROM generate_series(1, 20) g RETURNING 'S$i', $k, id";
+			push @cmds, $k % 5 == 0 ? ('BEGIN', $ins =~ s/'S$i'/'R$i'/r, 'ROLLBACK') : ($ins);
+		}
+		push @runs,
+		  IPC::Run::start(
+			[
+				$node->installed_command('psql'), '-XAtq', '-v',
+				'ON_ERROR_STOP=1', '-d', $node->connstr($db),
+				map { ('-c', $_) } @cmds
+			],
+			'>', \$outs[$i], '2>', \$errs[$i]);
+	}
+}
+my @failed = grep { !$runs[$_]->finish } 0 .. $#runs;
+is(join('', map { $errs[$_] } @failed), '', 'sessions on every node ran');
+my (%seen, $dup, $order_bad, %kept);
+for my $i (0 .. $#outs)
+{
+	my (%lo, %hi);
+	for my $line (split /\n/, $outs[$i])
+	{
+		my ($tag, $k, $id) = split /\|/, $line;
+		$dup++ if $seen{$id}++;
+		$kept{$id} = 1 if $tag =~ /^S/;
+		$lo{$k} = $id if !defined $lo{$k} || $id < $lo{$k};
+		$hi{$k} = $id if !defined $hi{$k} || $id > $hi{$k};
+	}
+	# S2: each statement of a session draws above all its earlier ones (a
+	# statement's rows come back in shard order, not in draw order)
+	for my $k (2 .. $per_session)
+	{
+		$order_bad++ unless $lo{$k} > $hi{ $k - 1 };
+	}
+}
+is($dup // 0, 0, 'no value drawn twice across the cluster, rolled-back draws included (S1)');
+is($order_bad // 0, 0, "each session's values increase (S2)");
+is($c->safe_psql($db, 'SELECT count(*) FROM orders WHERE v >= 0 AND v < 6 AND id = ANY (\'{' . join(',', keys %kept) . '}\')'),
+	scalar(keys %kept), 'every committed insert is there');
+
+# ---- rights hold on the workers
+($rc, $out, $err) = $w[1]->psql($db, "SET ROLE bob; SELECT sharded_nextval('orders_id')");
+like($err, qr/permission denied/, 'a worker refuses a role without the grant');
+is($w[1]->safe_psql($db, "SET ROLE alice; SELECT sharded_nextval('orders_id') >> 53"),
+	'3', 'a worker lets the granted role draw');
+
+# ---- a setting that disagrees with Citus is refused
+$w[0]->safe_psql($db, 'ALTER SYSTEM SET sharded_seq.node_id = 9; SELECT pg_reload_conf()');
+$w[0]->poll_query_until($db, "SELECT current_setting('sharded_seq.node_id') = '9'")
+  or die 'the reload was not seen';
+($rc, $out, $err) = $w[0]->psql($db, "SELECT sharded_nextval('orders_id')");
+like($err, qr/sharded_seq.node_id is 9, but this node is Citus group 1, node id 2.*\n.*\n.*HINT:  Remove the setting/,
+	'an explicit node id that disagrees with the Citus group is refused');
+$w[0]->safe_psql($db, 'ALTER SYSTEM SET sharded_seq.node_id = 2; SELECT pg_reload_conf()');
+$w[0]->poll_query_until($db, "SELECT current_setting('sharded_seq.node_id') = '2'")
+  or die 'the reload was not seen';
+is($w[0]->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53"), '2', 'one that agrees is taken');
+$w[0]->safe_psql($db, 'ALTER SYSTEM RESET sharded_seq.node_id; SELECT pg_reload_conf()');
+
+# ---- a worker added later
+my $w3 = citus_node('worker3');
+add_node($c, $w3);
+is($w3->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53, sharded_seq.node_id()"),
+	"4|4", 'a worker added later takes the definition at its first use, and its own node id');
+$c->safe_psql($db, "SELECT sharded_seq.alter_sequence('orders_id', block => 300); SELECT sharded_seq.create_sequence('after_add')");
+is($w3->safe_psql($db, $definitions), $c->safe_psql($db, $definitions),
+	'... and every change made since');
+is($w3->safe_psql($db, "SELECT sharded_nextval('after_add') >> 53"), '4', '... and draws from a sequence made since');
+
+# ---- a worker removed
+$c->safe_psql($db, "SELECT citus_remove_node('" . $w3->host . "', " . $w3->port . ')');
+$c->safe_psql($db, "SELECT sharded_seq.create_sequence('after_remove')");
+is($w[1]->safe_psql($db, "SELECT sharded_nextval('after_remove') >> 53"), '3',
+	'administration goes on after a worker left');
+is($c->safe_psql($db, 'SELECT count(*) = count(DISTINCT id) FROM orders'), 't', 'ids stayed distinct');
+
+done_testing();
