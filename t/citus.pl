@@ -10,8 +10,13 @@
 #    client writes to, a repartitioned INSERT ... SELECT; sessions on every
 #    node at once, some rolled back, never draw one value twice (S1) and
 #    each session's values increase (S2);
+#  - counters: each node writes only its own rows (a trigger on a
+#    distributed table counts where the shard is), every node reads the
+#    exact total over the cluster, sessions on every node at once; a
+#    counting trigger on a reference table refused;
 #  - a worker added mid-test takes every definition before its first use,
-#    and later changes; a worker removed leaves the others working.
+#    and later changes; a worker removed after move_node_counts loses no
+#    count, and leaves the others working.
 use strict;
 use warnings;
 
@@ -200,6 +205,80 @@ $w[0]->poll_query_until($db, "SELECT current_setting('sharded_seq.node_id') = '2
 is($w[0]->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53"), '2', 'one that agrees is taken');
 $w[0]->safe_psql($db, 'ALTER SYSTEM RESET sharded_seq.node_id; SELECT pg_reload_conf()');
 
+# ---- counters across nodes
+$c->safe_psql($db, "SELECT sharded_seq.create_counter('bhits', mode => 'buffered')");
+($rc, $out, $err) = $w[0]->psql($db, "SELECT counter_incr('nowhere')");
+like($err, qr/counter "nowhere" does not exist.*\n.*Citus cluster.*\n.*HINT:  Create it on the coordinator/,
+	'counter_incr does not create a counter in a cluster, and says where to');
+
+# a trigger on a distributed table counts on the node that holds the shard
+$c->safe_psql(
+	$db, q{
+CREATE TABLE events (customer int, v int);
+SELECT create_distributed_table('events', 'customer');
+CREATE FUNCTION count_event() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN PERFORM counter_incr('hits'); RETURN NEW; END $$;
+SET citus.enable_unsafe_triggers = on;
+CREATE TRIGGER count_event AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION count_event();
+INSERT INTO events SELECT g, g FROM generate_series(1, 20) g;
+});
+is(join(',', map { $_->safe_psql($db, "SELECT counter_value('hits')") } $c, @w),
+	'20,20,20', 'a counting trigger on a distributed table: every node reads the total');
+my @parts = map { $_->safe_psql($db, "SELECT sharded_seq.counter_node_value('hits')") } $c, @w;
+ok($parts[1] > 0 && $parts[2] > 0 && $parts[0] + $parts[1] + $parts[2] == 20,
+	"... counted on the workers that hold the shards (@parts)");
+
+# a reference table's trigger would fire once per node: refused
+$c->safe_psql(
+	$db, q{
+CREATE TABLE plans (id int PRIMARY KEY);
+SELECT create_reference_table('plans');
+SET citus.enable_unsafe_triggers = on;
+CREATE TRIGGER count_plan AFTER INSERT ON plans FOR EACH ROW EXECUTE FUNCTION count_event();
+});
+($rc, $out, $err) = $c->psql($db, 'INSERT INTO plans VALUES (1)');
+like($err, qr/counter_incr in a write to a Citus reference table would count once per node/,
+	'a counting trigger on a reference table is refused, not multiplied');
+is($c->safe_psql($db, "SELECT counter_value('hits') || ' ' || (SELECT count(*) FROM plans)"), '20 0',
+	'... and nothing was written or counted');
+
+# increments on every node at once, some rolled back; every node reads the
+# exact committed total of both an exact and a buffered counter
+@runs = ();
+@outs = ();
+@errs = ();
+for my $node ($c, @w)
+{
+	for my $s (1 .. 2)
+	{
+		my $i = scalar @runs;
+		($outs[$i], $errs[$i]) = ('', '');
+		my @cmds;
+		for my $k (1 .. 20)
+		{
+			my $incr = "SELECT counter_incr('hits', $k), counter_incr('bhits', 2 * $k)";
+			push @cmds, $k % 4 == 0 ? ('BEGIN', $incr, 'ROLLBACK') : ($incr);
+		}
+		push @runs,
+		  IPC::Run::start(
+			[
+				$node->installed_command('psql'), '-XAtq', '-v',
+				'ON_ERROR_STOP=1', '-d', $node->connstr($db),
+				map { ('-c', $_) } @cmds
+			],
+			'>', \$outs[$i], '2>', \$errs[$i]);
+	}
+}
+@failed = grep { !$runs[$_]->finish } 0 .. $#runs;
+is(join('', map { $errs[$_] } @failed), '', 'increments on every node ran');
+# per session: 1..20 less the multiples of 4 = 210 - 60 = 150; six sessions
+my $committed = 6 * 150;
+is(join(',', map { $_->safe_psql($db, "SELECT counter_value('hits'), counter_value('bhits')") } $c, @w),
+	join(',', ((20 + $committed) . '|' . (2 * $committed)) x 3),
+	'every node reads the exact committed total over the cluster (exact and buffered)');
+is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM sharded_seq.counter_shards s JOIN sharded_seq.counter_config c ON c.id = s.counter_id WHERE c.name = 'hits' AND s.shard / 1024 <> sharded_seq.node_id()") } $c, @w),
+	'0,0,0', "each node wrote only its own rows");
+
 # ---- a worker added later
 my $w3 = citus_node('worker3');
 add_node($c, $w3);
@@ -210,8 +289,19 @@ is($w3->safe_psql($db, $definitions), $c->safe_psql($db, $definitions),
 	'... and every change made since');
 is($w3->safe_psql($db, "SELECT sharded_nextval('after_add') >> 53"), '4', '... and draws from a sequence made since');
 
-# ---- a worker removed
+# ---- a worker removed, its counts moved first
+$w3->safe_psql($db, "SELECT counter_incr('hits', 1000); SELECT counter_incr('bhits', 7)");
+my $before = $c->safe_psql($db, "SELECT counter_value('hits') || ' ' || counter_value('bhits')");
+like($before, qr/^1920 1807$/, 'the new worker counts too');
+is($c->safe_psql($db, "SELECT string_agg(counter || '=' || moved, ' ' ORDER BY counter) FROM sharded_seq.move_node_counts('" . $w3->host . "', " . $w3->port . ')'),
+	'bhits=7 hits=1000', "move_node_counts moves a worker's counts (its write-behind amounts flushed first)");
+is($c->safe_psql($db, "SELECT counter_value('hits') || ' ' || counter_value('bhits')"), $before,
+	'... and every total stays as it was');
+is($w3->safe_psql($db, "SELECT sharded_seq.counter_node_value('hits') || ' ' || sharded_seq.counter_node_value('bhits')"),
+	'0 0', "... with nothing left on the worker");
 $c->safe_psql($db, "SELECT citus_remove_node('" . $w3->host . "', " . $w3->port . ')');
+is($c->safe_psql($db, "SELECT counter_value('hits') || ' ' || counter_value('bhits')"), $before,
+	'the worker left, and no count was lost');
 $c->safe_psql($db, "SELECT sharded_seq.create_sequence('after_remove')");
 is($w[1]->safe_psql($db, "SELECT sharded_nextval('after_remove') >> 53"), '3',
 	'administration goes on after a worker left');

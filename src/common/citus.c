@@ -36,6 +36,11 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "nodes/parsenodes.h"
+#include "nodes/plannodes.h"
+#include "parser/parsetree.h"
+#include "tcop/pquery.h"
+#include "utils/portal.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
@@ -54,6 +59,8 @@
 /* true while this backend runs a call that came from the coordinator */
 static bool ClusterApplying = false;
 
+static int32 ReadCitusGroup(void);
+
 /*
  * This node's Citus group, or -1 when the database is in no Citus cluster
  * (no citus extension here, or no node in its metadata yet).  The
@@ -61,6 +68,22 @@ static bool ClusterApplying = false;
  */
 int32
 CitusGroup(void)
+{
+	/* Citus's metadata triggers invalidate relcache entries: ConfigEpoch moves */
+	static uint64 epoch = 0;
+	static int32 cached = -1;
+
+	if (epoch != ConfigEpoch || !IsTransactionState())
+	{
+		cached = ReadCitusGroup();
+		epoch = IsTransactionState() ? ConfigEpoch : 0;
+	}
+	return cached;
+}
+
+/* CitusGroup, read from Citus's metadata */
+static int32
+ReadCitusGroup(void)
 {
 	Oid			local_rel;
 	Oid			node_rel;
@@ -228,37 +251,24 @@ ClusterCallsReady(void)
 }
 
 /*
- * The end of every administrative function (its first argument is the
- * object's name): on the coordinator of a Citus cluster, carry the call to
- * every node, in this transaction; on a worker, refuse it (a definition
- * changed there would differ from every other node's), unless it came from
- * the coordinator.  op is "create", "change" or "drop".  The refusal comes
- * after the function's work, which the error rolls back.
+ * Carry call to every node, in this transaction, as a row of cluster_calls
+ * (kind "sequence", "counter", or "node" for a call about a node, which is
+ * not kept).  On the coordinator only.
  */
-void
-ClusterAdminRecord(FunctionCallInfo fcinfo, ObjectKind kind, const char *op)
+static void
+ClusterRecordCall(const char *kind, const char *name, const char *op, const char *call)
 {
 	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, NAMEOID, TEXTOID};
 	Datum		args[5];
 	OwnerContext ctx;
-	int32		group;
-	char	   *call;
+	bool		kept = strcmp(kind, "node") != 0;
 
-	if (ClusterApplying || (group = CitusGroup()) < 0)
-		return;
-	if (group > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("sharded_seq administration runs on the Citus coordinator"),
-				 errdetail("This node is a worker of a Citus cluster (group %d): a definition changed here would differ from every other node's.",
-						   group),
-				 errhint("Run it on the coordinator: it reaches every node in the same transaction.")));
-	call = CallText(fcinfo);
 	BeginAsOwner(&ctx);
-	if (!ClusterCallsReady())
+	/* a table seeded now holds this object's definition already */
+	if (!ClusterCallsReady() || !kept)
 	{
-		args[0] = CStringGetTextDatum(KIND_TEXT(kind));
-		args[1] = PG_GETARG_DATUM(0);
+		args[0] = CStringGetTextDatum(kind);
+		args[1] = CStringGetTextDatum(name);
 		args[2] = CStringGetTextDatum(op);
 		args[3] = DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(ctx.caller, false)));
 		args[4] = CStringGetTextDatum(call);
@@ -267,12 +277,244 @@ ClusterAdminRecord(FunctionCallInfo fcinfo, ObjectKind kind, const char *op)
 			   "   FROM sharded_seq.cluster_calls"
 			   "  WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
 			   5, types, args, SPI_OK_INSERT);
-		if (strcmp(op, "drop") == 0)
+		if (strcmp(op, "drop") == 0 || !kept)
 			RunSql("DELETE FROM sharded_seq.cluster_calls"
 				   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
 				   2, types, args, SPI_OK_DELETE);
 	}
 	EndAsOwner(&ctx);
+}
+
+/* Refuse on a worker what only the coordinator may do. */
+void
+ClusterRefuseOnWorker(const char *what)
+{
+	int32		group;
+
+	if (ClusterApplying || (group = CitusGroup()) <= 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s runs on the Citus coordinator", what),
+			 errdetail("This node is a worker of a Citus cluster (group %d): a definition changed here would differ from every other node's.",
+					   group),
+			 errhint("Run it on the coordinator: it reaches every node in the same transaction.")));
+}
+
+/*
+ * The end of every administrative function (its first argument is the
+ * object's name): on the coordinator of a Citus cluster, carry the call to
+ * every node, in this transaction; on a worker, refuse it, unless it came
+ * from the coordinator.  op is "create", "change" or "drop".  The refusal
+ * comes after the function's work, which the error rolls back.
+ */
+void
+ClusterAdminRecord(FunctionCallInfo fcinfo, ObjectKind kind, const char *op)
+{
+	ClusterRefuseOnWorker("sharded_seq administration");
+	if (ClusterApplying || CitusGroup() != 0)
+		return;
+	ClusterRecordCall(KIND_TEXT(kind), TextDatumGetCString(PG_GETARG_DATUM(0)), op,
+					  CallText(fcinfo));
+}
+
+/*
+ * On the coordinator: run call on the node of Citus group group, in this
+ * distributed transaction (every node gets it; the function it calls acts
+ * on that group only).
+ */
+void
+ClusterCallOnGroup(int32 group, const char *call)
+{
+	ClusterRecordCall("node", psprintf("%d", group), "change", call);
+}
+
+/*
+ * The Citus group of the active primary node name:port, refused unless it
+ * is a worker other than this node.
+ */
+int32
+ClusterWorkerGroup(const char *name, int32 port)
+{
+	Oid			types[2] = {TEXTOID, INT4OID};
+	Datum		args[2] = {CStringGetTextDatum(name), Int32GetDatum(port)};
+	bool		isnull;
+	int32		group = -1;
+
+	SPI_connect();
+	if (RunSql("SELECT groupid FROM pg_catalog.pg_dist_node"
+			   " WHERE nodename OPERATOR(pg_catalog.=) $1 AND nodeport OPERATOR(pg_catalog.=) $2"
+			   "   AND noderole OPERATOR(pg_catalog.=) 'primary'",
+			   2, types, args, SPI_OK_SELECT) > 0)
+		group = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	if (group <= 0 || group == CitusGroup())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s:%d is not another worker of this Citus cluster", name, port),
+				 errhint("Name a worker as pg_dist_node lists it (nodename, nodeport).")));
+	return group;
+}
+
+/*
+ * What command (a query of one value) returns on the node of group, in a
+ * transaction of its own there, as the current user.
+ */
+char *
+ClusterQueryGroup(int32 group, const char *command)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		args[2] = {Int32GetDatum(group), CStringGetTextDatum(command)};
+	MemoryContext outer = CurrentMemoryContext;
+	bool		isnull;
+	char	   *result;
+	bool		ok;
+
+	SPI_connect();
+	if (RunSql("SELECT r.success, r.result"
+			   "  FROM pg_catalog.pg_dist_node n,"
+			   "       pg_catalog.master_run_on_worker(ARRAY[n.nodename], ARRAY[n.nodeport], ARRAY[$2], false) r"
+			   " WHERE n.groupid OPERATOR(pg_catalog.=) $1 AND n.noderole OPERATOR(pg_catalog.=) 'primary'",
+			   2, types, args, SPI_OK_SELECT) != 1)
+		elog(ERROR, "no primary node of Citus group %d", group);
+	ok = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	result = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not run a query on Citus group %d", group),
+				 errdetail("%s", result ? result : "no answer"),
+				 errhint("The node must be up and reachable from here.")));
+	result = result ? MemoryContextStrdup(outer, result) : NULL;
+	SPI_finish();
+	return result;
+}
+
+/*
+ * Whether relid is a shard placement (or, on the coordinator, the table) of
+ * a Citus table whose shards have several placements, as every reference
+ * table's have: a row trigger on it fires once on each node.
+ */
+static bool
+MultiPlacementTable(Oid relid)
+{
+	static Oid	last_relid = InvalidOid;
+	static uint64 last_epoch = 0;
+	static bool last_answer = false;
+	Oid			types[2] = {OIDOID, TEXTOID};
+	Datum		args[2];
+	char	   *name;
+
+	if (relid == last_relid && last_epoch == ConfigEpoch)
+		return last_answer;
+	if ((name = get_rel_name(relid)) == NULL)
+		return false;
+	args[0] = ObjectIdGetDatum(relid);
+	args[1] = CStringGetTextDatum(name);
+	SPI_connect();
+	/* a placement is named after its table: name_shardid, in the table's schema */
+	last_answer = RunSql("SELECT 1 FROM pg_catalog.pg_dist_shard s"
+						 " WHERE (s.logicalrelid OPERATOR(pg_catalog.=) $1"
+						 "        OR ((SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c"
+						 "              WHERE c.oid OPERATOR(pg_catalog.=) s.logicalrelid::pg_catalog.oid)"
+						 "            OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text)"
+						 "           OPERATOR(pg_catalog.=) $2)"
+						 "   AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_placement p"
+						 "         WHERE p.shardid OPERATOR(pg_catalog.=) s.shardid) OPERATOR(pg_catalog.>) 1"
+						 " LIMIT 1",
+						 2, types, args, SPI_OK_SELECT) > 0;
+	SPI_finish();
+	last_relid = relid;
+	last_epoch = ConfigEpoch;
+	return last_answer;
+}
+
+/*
+ * Whether the statement this backend runs for its client writes a Citus
+ * table whose shards have several placements (a reference table): a
+ * counting trigger there would count once per node.  Citus sends each
+ * placement's write to its node as a statement of its own, so looking at
+ * the statement of the active portal finds it on every node.
+ */
+bool
+ClusterWritesReplicatedTable(void)
+{
+	ListCell   *lc;
+
+	if (ActivePortal == NULL || CitusGroup() < 0)
+		return false;
+	foreach(lc, ActivePortal->stmts)
+	{
+		PlannedStmt *stmt = lfirst_node(PlannedStmt, lc);
+
+		if (stmt->commandType == CMD_UTILITY)
+		{
+			CopyStmt   *copy = (CopyStmt *) stmt->utilityStmt;
+
+			if (IsA(copy, CopyStmt) && copy->is_from && copy->relation &&
+				MultiPlacementTable(RangeVarGetRelid(copy->relation, NoLock, true)))
+				return true;
+		}
+		else
+		{
+			ListCell   *rc;
+
+			foreach(rc, stmt->resultRelations)
+				if (MultiPlacementTable(rt_fetch(lfirst_int(rc), stmt->rtable)->relid))
+					return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * The sum of what command (a query of one bigint) returns on every other
+ * active primary node of the cluster, each in a transaction of its own
+ * there, as the current user; an error if a node does not answer.
+ */
+int128
+ClusterSumElsewhere(const char *command)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		args[2] = {Int32GetDatum(CitusGroup()), CStringGetTextDatum(command)};
+	int128		sum = 0;
+	int			nest;
+	uint64		n;
+
+	SPI_connect();
+	nest = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	n = RunSql("SELECT r.success, r.result, r.node_name, r.node_port"
+			   "  FROM (SELECT pg_catalog.array_agg(nodename ORDER BY nodeid) AS names,"
+			   "               pg_catalog.array_agg(nodeport ORDER BY nodeid) AS ports,"
+			   "               pg_catalog.array_agg($2 ORDER BY nodeid) AS commands"
+			   "          FROM pg_catalog.pg_dist_node"
+			   "         WHERE isactive AND noderole OPERATOR(pg_catalog.=) 'primary'"
+			   "           AND groupid OPERATOR(pg_catalog.<>) $1) d,"
+			   "       pg_catalog.master_run_on_worker(d.names, d.ports, d.commands, true) r"
+			   " WHERE d.names IS NOT NULL",
+			   2, types, args, SPI_OK_SELECT);
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *result = SPI_getvalue(tup, desc, 2);
+
+		if (!DatumGetBool(SPI_getbinval(tup, desc, 1, &isnull)))
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not read node %s:%s of the Citus cluster",
+							SPI_getvalue(tup, desc, 3), SPI_getvalue(tup, desc, 4)),
+					 errdetail("%s", result ? result : "no answer"),
+					 errhint("A total over every node needs every node: bring it back, or remove it from the cluster after moving its counts (sharded_seq.move_node_counts).")));
+		if (result != NULL)
+			sum += DatumGetInt64(DirectFunctionCall1(int8in, CStringGetDatum(result)));
+	}
+	AtEOXact_GUC(true, nest);
+	SPI_finish();
+	return sum;
 }
 
 /* Whether kind's object name exists here (SPI connected, as the owner). */
@@ -397,6 +639,7 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	ObjectKind	kind;
 	char	   *name;
 	char	   *op;
+	bool		node_call;
 	OwnerContext ctx;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
@@ -413,11 +656,12 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	desc = RelationGetDescr(trigdata->tg_relation);
 	kind_text = TextDatumGetCString(heap_getattr(tup, Anum_call_kind, desc, &isnull));
 	kind = strcmp(kind_text, "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER;
+	node_call = strcmp(kind_text, "node") == 0;
 	name = TextDatumGetCString(heap_getattr(tup, Anum_call_name, desc, &isnull));
 	op = TextDatumGetCString(heap_getattr(tup, Anum_call_op, desc, &isnull));
 
 	BeginAsOwner(&ctx);
-	if (strcmp(op, "create") == 0 || ObjectHere(kind, name))
+	if (node_call || strcmp(op, "create") == 0 || ObjectHere(kind, name))
 		ApplyCall(NameStr(*DatumGetName(heap_getattr(tup, Anum_call_made_by, desc, &isnull))),
 				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)));
 	EndAsOwner(&ctx);

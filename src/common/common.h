@@ -116,7 +116,13 @@ extern uint64 InstallationToken(void);
 extern int32 CitusGroup(void);
 extern void ClusterAdminRecord(FunctionCallInfo fcinfo, ObjectKind kind,
 							   const char *op);
+extern void ClusterRefuseOnWorker(const char *what);
+extern void ClusterCallOnGroup(int32 group, const char *call);
+extern int32 ClusterWorkerGroup(const char *name, int32 port);
+extern char *ClusterQueryGroup(int32 group, const char *command);
 extern bool ClusterPull(ObjectKind kind, const char *name);
+extern int128 ClusterSumElsewhere(const char *command);
+extern bool ClusterWritesReplicatedTable(void);
 
 /* privileges.c: running as the owner, ACLs */
 typedef struct OwnerContext

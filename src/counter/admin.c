@@ -20,6 +20,7 @@
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/tuplestore.h"
 
 #include "counter/counter_internal.h"
 
@@ -746,4 +747,113 @@ counter_total(PG_FUNCTION_ARGS)
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		PG_RETURN_NULL();		/* a listing should not fail on one counter */
 	PG_RETURN_INT64((int64) total);
+}
+
+/*
+ * Apply counts (a JSON object of counter name to amount) to this node's
+ * rows, each multiplied by sign, in this transaction; for each, calls
+ * each_fn(name, amount, arg).  A counter unknown here is refused: its count
+ * would be lost.
+ */
+static void
+ApplyNodeCounts(const char *counts, int sign,
+				void (*each_fn) (const char *name, int64 amount, void *arg), void *arg)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(counts)};
+	SPITupleTable *rows;
+	uint64		n;
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT key, value::pg_catalog.int8 FROM pg_catalog.json_each_text($1::pg_catalog.json) ORDER BY key",
+							  1, types, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the counts of a node");
+	rows = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *name = SPI_getvalue(rows->vals[i], rows->tupdesc, 1);
+		bool		isnull;
+		int64		amount = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
+		CounterConfigRow row;
+
+		if (!FetchCounterConfig(name, 0, &row))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("counter \"%s\" of the leaving node does not exist here", name),
+					 errdetail("Its count (%lld) would be lost.", (long long) amount),
+					 errhint("Create it on the coordinator (sharded_seq.create_counter), then move the counts again.")));
+		if (!CounterApply(row.id, 0, sign * amount, name, NULL, 0))
+			elog(ERROR, "counter \"%s\" has no rows", name);
+		if (each_fn)
+			each_fn(name, amount, arg);
+	}
+	SPI_finish();
+}
+
+static void
+ReturnMovedCount(const char *name, int64 amount, void *arg)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
+	Datum		values[2] = {CStringGetTextDatum(name), Int64GetDatum(amount)};
+	bool		nulls[2] = {false, false};
+
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * move_node_counts(node_name, node_port): on the coordinator of a Citus
+ * cluster, before a worker leaves it.  Flushes the worker's write-behind
+ * amounts, reads each counter's committed count in its rows, and, in one
+ * distributed transaction, adds it to this node's rows and takes it from
+ * the worker's: counter_value stays exact throughout, and increments the
+ * worker commits meanwhile stay there (run it again after they stop).
+ */
+PG_FUNCTION_INFO_V1(move_node_counts);
+Datum
+move_node_counts(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *node_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int32		node_port = PG_GETARG_INT32(1);
+	int32		group;
+	char	   *counts;
+
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for sharded_seq.move_node_counts()"),
+				 errhint("Moving every counter's count off a node takes a superuser.")));
+	PreventCommandIfReadOnly("sharded_seq.move_node_counts()");
+	if (CitusGroup() != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sharded_seq.move_node_counts() runs on the coordinator of a Citus cluster"),
+				 errhint("Connect to the coordinator.")));
+	group = ClusterWorkerGroup(node_name, node_port);
+	InitMaterializedSRF(fcinfo, 0);
+	counts = ClusterQueryGroup(group, "SELECT sharded_seq.node_counts()");
+	ApplyNodeCounts(counts ? counts : "{}", 1, ReturnMovedCount, rsinfo);
+	ClusterCallOnGroup(group, psprintf("SELECT sharded_seq.take_node_counts(%d, %s)",
+									   group, quote_literal_cstr(counts ? counts : "{}")));
+	return (Datum) 0;
+}
+
+/*
+ * take_node_counts(node_group, counts): the leaving worker's part of
+ * move_node_counts, run on every node in its transaction; only the node of
+ * group node_group takes the counts from its rows.
+ */
+PG_FUNCTION_INFO_V1(take_node_counts);
+Datum
+take_node_counts(PG_FUNCTION_ARGS)
+{
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for sharded_seq.take_node_counts()"),
+				 errhint("sharded_seq.move_node_counts() calls it on every node; do not call it directly.")));
+	if (CitusGroup() == PG_GETARG_INT32(0))
+		ApplyNodeCounts(text_to_cstring(PG_GETARG_TEXT_PP(1)), -1, NULL, NULL);
+	PG_RETURN_VOID();
 }

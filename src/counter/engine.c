@@ -421,6 +421,13 @@ LookupCounter(FunctionCallInfo fcinfo, bool create_missing)
 		strlcpy(name, entry->cache.name, sizeof(name));
 		if (is_new)
 			ForgetEntry(&CounterCache, &entry->cache);
+		if (create_missing && CitusGroup() >= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("counter \"%s\" does not exist", name),
+					 errdetail("In a Citus cluster, counter_incr does not create counters: one made on a single node would be unknown to the others."),
+					 errhint("Create it on the coordinator with sharded_seq.create_counter('%s'): it reaches every node.",
+							 name)));
 		if (create_missing && SessionNodeId() > 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -822,6 +829,12 @@ counter_incr(PG_FUNCTION_ARGS)
 
 	entry = LookupCounter(fcinfo, true);
 	CheckCounterPrivilege(entry, ACL_UPDATE);
+	if (ClusterWritesReplicatedTable())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("counter_incr in a write to a Citus reference table would count once per node"),
+				 errdetail("Citus writes each row of a reference table (or of a table with several placements per shard) on every node that holds a copy, and a row trigger fires on each."),
+				 errhint("Count in a trigger on a distributed table, or call counter_incr in the statement or function that writes the reference table.")));
 	/* its commit writes this node's rows: refuse now if they are not ours */
 	NodeClaimCheck();
 	/* a cutover stopped this server, or one is awaited here */
@@ -831,9 +844,37 @@ counter_incr(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(total);
 }
 
+/*
+ * A counter's total.  In a Citus cluster, this node's part (with this
+ * transaction's increments) plus every other node's committed part, each
+ * read there now (counter_node_value).
+ */
 PG_FUNCTION_INFO_V1(counter_value);
 Datum
 counter_value(PG_FUNCTION_ARGS)
+{
+	CounterEntry *entry = LookupCounter(fcinfo, false);
+	int128		total;
+
+	CheckCounterPrivilege(entry, ACL_SELECT);
+	total = VisibleTotal(entry, 0, true, NULL, NULL);
+	if (CitusGroup() < 0)
+		PG_RETURN_INT64((int64) total);
+	total += ClusterSumElsewhere(psprintf("SELECT sharded_seq.counter_node_value(%s)",
+										  quote_literal_cstr(entry->cache.name)));
+	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("counter \"%s\" is out of bigint's range over the cluster", entry->cache.name),
+				 errdetail("Every node's part fits, but their sum does not."),
+				 errhint("Keep totals within bigint, or add an amount of the opposite sign.")));
+	PG_RETURN_INT64((int64) total);
+}
+
+/* This node's part of a counter's total (counter_value, without the other nodes). */
+PG_FUNCTION_INFO_V1(counter_node_value);
+Datum
+counter_node_value(PG_FUNCTION_ARGS)
 {
 	CounterEntry *entry = LookupCounter(fcinfo, false);
 
