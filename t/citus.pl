@@ -279,6 +279,9 @@ is(join(',', map { $_->safe_psql($db, "SELECT counter_value('hits'), counter_val
 is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM sharded_seq.counter_shards s JOIN sharded_seq.counter_config c ON c.id = s.counter_id WHERE c.name = 'hits' AND s.shard / 1024 <> sharded_seq.node_id()") } $c, @w),
 	'0,0,0', "each node wrote only its own rows");
 
+($rc, $out, $err) = $w[0]->psql($db, "SELECT sharded_seq.set_counter('hits', 0)");
+like($err, qr/cannot set a counter in a Citus cluster/, 'set_counter is refused in a cluster, saying why');
+
 # ---- a worker added later
 my $w3 = citus_node('worker3');
 add_node($c, $w3);

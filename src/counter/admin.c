@@ -324,6 +324,12 @@ set_counter(PG_FUNCTION_ARGS)
 				 errmsg("sharded_seq.set_counter() needs isolation level read committed"),
 				 errdetail("A transaction snapshot would not see shard rows added by commits after it, and the total would miss them."),
 				 errhint("Call it in a read committed transaction (the default).")));
+	if (SessionNodeId() > 0 && CitusGroup() >= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot set a counter in a Citus cluster"),
+				 errdetail("Every node writes its own rows, and no transaction here can hold the other nodes' commits back."),
+				 errhint("Once no node increments it, add the difference with counter_incr().")));
 	if (SessionNodeId() > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
