@@ -132,6 +132,19 @@ is($c->safe_psql($db, 'SELECT string_agg(DISTINCT (id >> 53)::text, \',\' ORDER 
 is($w[0]->safe_psql($db, "INSERT INTO orders (customer, v) VALUES (7, 1) RETURNING id >> 53"),
 	'2', 'an insert sent to a worker draws there');
 
+# COPY, through the coordinator and sent to a worker
+$c->safe_psql($db, "COPY orders (customer, v) FROM STDIN;\n5\t-4\n6\t-3\n\\.\n");
+$w[1]->safe_psql($db, "COPY orders (customer, v) FROM STDIN;\n5\t-2\n6\t-1\n\\.\n");
+is($c->safe_psql($db, "SELECT string_agg((id >> 53)::text, ',' ORDER BY v) FROM orders WHERE v < 0"),
+	'1,1,3,3', 'COPY draws on the node the client copies to');
+
+# advance_sequence reaches every node; each advances within its own range
+my $past = $w[0]->safe_psql($db, "SELECT (2::bigint << 53) + 5000000");
+$c->safe_psql($db, "SELECT sharded_seq.advance_sequence('orders_id', $past)");
+ok($w[0]->safe_psql($db, "SELECT sharded_nextval('orders_id') > $past") eq 't'
+	  && $c->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53") eq '1',
+	'advance_sequence past a value of worker 1 moves worker 1 past it, and the coordinator stays in its range');
+
 # sessions on every node at once, each committing some inserts and rolling
 # back others; every value drawn (kept or not) comes back from RETURNING
 my @runs;
@@ -309,5 +322,15 @@ $c->safe_psql($db, "SELECT sharded_seq.create_sequence('after_remove')");
 is($w[1]->safe_psql($db, "SELECT sharded_nextval('after_remove') >> 53"), '3',
 	'administration goes on after a worker left');
 is($c->safe_psql($db, 'SELECT count(*) = count(DISTINCT id) FROM orders'), 't', 'ids stayed distinct');
+
+# ---- node ids end at 1023: group 1022 is the last with one
+my $lone = citus_node('lone');
+$lone->safe_psql($db,
+	"SELECT citus_set_coordinator_host('" . $lone->host . "', " . $lone->port . '); CREATE EXTENSION sharded_seq');
+$lone->safe_psql($db, 'UPDATE pg_dist_local_group SET groupid = 1022');
+is($lone->safe_psql($db, 'SELECT sharded_seq.node_id()'), '1023', 'Citus group 1022 is node 1023');
+$lone->safe_psql($db, 'UPDATE pg_dist_local_group SET groupid = 1023');
+($rc, $out, $err) = $lone->psql($db, 'SELECT sharded_seq.node_id()');
+like($err, qr/Citus group 1023 has no sharded_seq node id/, 'group 1023 has no node id, and says so');
 
 done_testing();

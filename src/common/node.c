@@ -420,7 +420,8 @@ SequenceNodeValue(int64 local, const char *seqname)
 /*
  * The local position from which values are at or above value (start), or
  * above it (past, with above true), on this session's node.  Node 0: the
- * value itself.  Node n: positions start at 0, the bottom of its range.
+ * value itself.  Node n: positions start at 0, the bottom of its range; a
+ * value above the range is refused, but for past in a Citus cluster.
  */
 int64
 SequenceNodeLocal(int64 value, bool above, const char *seqname, const char *what)
@@ -432,6 +433,12 @@ SequenceNodeLocal(int64 value, bool above, const char *seqname, const char *what
 	if (node == 0)
 		return above ? value + 1 : value;	/* callers refuse PG_INT64_MAX */
 	NodeRange(node, &lo, &hi);
+	/*
+	 * A Citus cluster runs one advance on every node: past a higher node's
+	 * value, this node's values never reach it, so nothing moves here.
+	 */
+	if (above && value > hi && CitusGroup() >= 0)
+		return 0;
 	if (value > hi || (above && value == hi))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
