@@ -2,7 +2,7 @@ EXTENSION = sharded_seq
 MODULE_big = sharded_seq
 OBJS = src/module.o src/common/registry.o \
 	src/common/catalog.o src/common/privileges.o src/common/cache.o src/common/memcache.o src/common/node.o \
-	src/common/replication.o src/common/stats.o src/common/wait_point.o src/common/cutover.o src/common/citus.o \
+	src/common/replication.o src/common/stats.o src/common/wait_point.o src/common/cutover.o src/common/citus.o src/common/peers.o \
 	src/sequence/engine.o src/sequence/node_cache.o src/sequence/admin.o src/sequence/cutover.o src/sequence/adopt.o src/sequence/usage.o src/sequence/shards.o \
 	src/counter/engine.o src/counter/rows.o src/counter/layout.o src/counter/kept.o \
 	src/counter/slots.o src/counter/buffered.o src/counter/memcached.o \
@@ -27,7 +27,9 @@ ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
 ISOLATION_OPTS = --load-extension=sharded_seq
 TAP_TESTS = 1
 endif
-SHLIB_LINK = -lmemcached
+# libpq: common/peers.c's connections to the other nodes of a Citus cluster
+SHLIB_LINK = -lmemcached -lpq
+PG_CPPFLAGS += -I$(shell $(PG_CONFIG) --includedir)
 
 # Test builds hold wait points (src/common/wait_point.c): make WAIT_POINTS=1.
 # .wait_points records which kind the objects are; it changes, and so every

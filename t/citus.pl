@@ -292,6 +292,23 @@ is(join(',', map { $_->safe_psql($db, "SELECT counter_value('hits'), counter_val
 is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM sharded_seq.counter_shards s JOIN sharded_seq.counter_config c ON c.id = s.counter_id WHERE c.name = 'hits' AND s.shard / 1024 <> sharded_seq.node_id()") } $c, @w),
 	'0,0,0', "each node wrote only its own rows");
 
+# a node that does not answer makes the total fail rather than be wrong; a
+# session's kept connection to a node that restarted is opened again
+my $kept = $c->background_psql($db, on_error_stop => 0);
+is($kept->query_safe("SELECT counter_value('hits')"), 20 + $committed, 'a session reads the total');
+$w[1]->stop('fast');
+($rc, $out, $err) = $c->psql($db, "SELECT counter_value('hits')");
+like($err, qr/could not connect to node .* of the Citus cluster.*\n.*\n.*HINT:  A total over every node needs every node/s,
+	'counter_value fails while a node is down, and says which');
+$w[1]->start;
+# its connection to the node is gone: the first read fails, and drops it
+$kept->query("SELECT counter_value('hits')");
+like($kept->{stderr}, qr/did not answer|could not send/, 'a read over a broken kept connection fails');
+# (query, not query_safe: the failed read's message may reach stderr late)
+is($kept->query("SELECT counter_value('hits')"), 20 + $committed,
+	'... and works again once it is back, in the same session');
+$kept->quit;
+
 ($rc, $out, $err) = $w[0]->psql($db, "SELECT sharded_seq.set_counter('hits', 0)");
 like($err, qr/cannot set a counter in a Citus cluster/, 'set_counter is refused in a cluster, saying why');
 

@@ -467,56 +467,6 @@ ClusterWritesReplicatedTable(void)
 	return false;
 }
 
-/*
- * The sum of what command (a query of one bigint) returns on every other
- * active primary node of the cluster, each in a transaction of its own
- * there, as the current user; an error if a node does not answer.
- */
-int128
-ClusterSumElsewhere(const char *command)
-{
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		args[2] = {Int32GetDatum(CitusGroup()), CStringGetTextDatum(command)};
-	int128		sum = 0;
-	int			nest;
-	uint64		n;
-
-	SPI_connect();
-	nest = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	n = RunSql("SELECT r.success, r.result, r.node_name, r.node_port"
-			   "  FROM (SELECT pg_catalog.array_agg(nodename ORDER BY nodeid) AS names,"
-			   "               pg_catalog.array_agg(nodeport ORDER BY nodeid) AS ports,"
-			   "               pg_catalog.array_agg($2 ORDER BY nodeid) AS commands"
-			   "          FROM pg_catalog.pg_dist_node"
-			   "         WHERE isactive AND noderole OPERATOR(pg_catalog.=) 'primary'"
-			   "           AND groupid OPERATOR(pg_catalog.<>) $1) d,"
-			   "       pg_catalog.master_run_on_worker(d.names, d.ports, d.commands, true) r"
-			   " WHERE d.names IS NOT NULL",
-			   2, types, args, SPI_OK_SELECT);
-	for (uint64 i = 0; i < n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		char	   *result = SPI_getvalue(tup, desc, 2);
-
-		if (!DatumGetBool(SPI_getbinval(tup, desc, 1, &isnull)))
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("could not read node %s:%s of the Citus cluster",
-							SPI_getvalue(tup, desc, 3), SPI_getvalue(tup, desc, 4)),
-					 errdetail("%s", result ? result : "no answer"),
-					 errhint("A total over every node needs every node: bring it back, or remove it from the cluster after moving its counts (sharded_seq.move_node_counts).")));
-		if (result != NULL)
-			sum += DatumGetInt64(DirectFunctionCall1(int8in, CStringGetDatum(result)));
-	}
-	AtEOXact_GUC(true, nest);
-	SPI_finish();
-	return sum;
-}
-
 /* Whether kind's object name exists here (SPI connected, as the owner). */
 static bool
 ObjectHere(ObjectKind kind, const char *name)

@@ -121,8 +121,10 @@ extern void ClusterCallOnGroup(int32 group, const char *call);
 extern int32 ClusterWorkerGroup(const char *name, int32 port);
 extern char *ClusterQueryGroup(int32 group, const char *command);
 extern bool ClusterPull(ObjectKind kind, const char *name);
-extern int128 ClusterSumElsewhere(const char *command);
 extern bool ClusterWritesReplicatedTable(void);
+
+/* peers.c: kept connections to the other nodes of a Citus cluster */
+extern int128 ClusterSumElsewhere(const char *query, const char *arg);
 
 /* privileges.c: running as the owner, ACLs */
 typedef struct OwnerContext

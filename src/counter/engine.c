@@ -860,8 +860,7 @@ counter_value(PG_FUNCTION_ARGS)
 	total = VisibleTotal(entry, 0, true, NULL, NULL);
 	if (CitusGroup() < 0)
 		PG_RETURN_INT64((int64) total);
-	total += ClusterSumElsewhere(psprintf("SELECT sharded_seq.counter_node_value(%s)",
-										  quote_literal_cstr(entry->cache.name)));
+	total += ClusterSumElsewhere("SELECT sharded_seq.counter_node_value($1)", entry->cache.name);
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
