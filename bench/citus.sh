@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T="${1:-5}"
 ROUNDS="${2:-3}"
+scripts/citus.sh
 scripts/setup.sh >/dev/null
 source bench/lib.sh
 if [ ! -f "$(pg_config --pkglibdir)/citus.so" ]; then

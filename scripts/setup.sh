@@ -59,9 +59,6 @@ if [ ! -x "$EXPORTER_DIR/prometheus-postgres-exporter" ] && [ "$(id -u)" = 0 ]; 
     rm -rf "$tmp"
 fi
 
-# t/citus.pl needs Citus, built from ../shared/citus and cached (PostgreSQL
-# 15 only; without the sources the test skips).
-PG_MAJOR="$PG_MAJOR" scripts/citus.sh
 
 export PATH="/usr/lib/postgresql/$PG_MAJOR/bin:$PATH"
 echo "==> building for PostgreSQL $PG_MAJOR"
