@@ -104,15 +104,6 @@ for r in $(seq 1 "$ROUNDS"); do
         add "$w.c1" "$(run $w 1 "$C")"
     done
 done
-median() { python3 -c "import statistics, sys; print(int(statistics.median(int(x) for x in sys.argv[1:])))" "$@"; }
-pratio() {
-    python3 - "${RUNS[$1]}" "${RUNS[$2]}" <<'PY'
-import statistics, sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-print(f"{statistics.median(x / y for x, y in zip(a, b) if y):.2f}")
-PY
-}
 echo
 echo "Citus $(psql -qXAt -p "$C" -d bench -c "SELECT extversion FROM pg_extension WHERE extname = 'citus'"), PostgreSQL $(psql -qXAt -p "$C" -d bench -c 'SHOW server_version'), a coordinator and 2 workers on one machine of $(nproc) cores; pgbench -n -M prepared -T $T, median of $ROUNDS interleaved rounds (ratios: median of per-round ratios)"
 echo

@@ -82,15 +82,6 @@ done
 pages_c16=$(q "SELECT count(DISTINCT (s.ctid::text::point)[0]) FROM sharded_seq.counter_shards s
                JOIN sharded_seq.counter_config c ON c.id = s.counter_id WHERE c.name = 'c16'")
 
-median() { python3 -c "import statistics, sys; print(int(statistics.median(int(x) for x in sys.argv[1:])))" "$@"; }
-pratio() {
-    python3 - "${RUNS[$1]}" "${RUNS[$2]}" <<'PY'
-import statistics, sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-print(f"{statistics.median(x / y for x, y in zip(a, b) if y):.2f}")
-PY
-}
 echo
 echo "pgbench -n -M prepared -j 2 -c 16 -T $T, median of $ROUNDS interleaved rounds, PostgreSQL $(q 'SHOW server_version'), $(nproc) cores, $N counters"
 echo

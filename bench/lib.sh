@@ -124,3 +124,18 @@ s.sendall(sys.argv[2].encode() + b"\r\n")
 print(s.recv(4096).decode().strip())
 PY
 }
+
+# median N...: the median of whole numbers (tps of several rounds)
+median() { python3 -c "import statistics, sys; print(int(statistics.median(int(x) for x in sys.argv[1:])))" "$@"; }
+
+# pratio CANDIDATE ANCHOR: over the caller's RUNS (space-separated figures
+# per key, one per round), the median of the per-round ratios: the two were
+# measured a minute apart in each round
+pratio() {
+    python3 - "${RUNS[$1]}" "${RUNS[$2]}" <<'PY'
+import statistics, sys
+a = [float(x) for x in sys.argv[1].split()]
+b = [float(x) for x in sys.argv[2].split()]
+print(f"{statistics.median(x / y for x, y in zip(a, b) if y):.2f}")
+PY
+}

@@ -70,7 +70,6 @@ for r in $(seq 1 "$ROUNDS"); do
             "${RUNS[$w.1]##* }" "${RUNS[$w.16]##* }" >&2
     done
 done
-median() { python3 -c "import statistics, sys; print(int(statistics.median(int(x) for x in sys.argv[1:])))" "$@"; }
 for k in "${!RUNS[@]}"; do TPS[$k]=$(median ${RUNS[$k]}); done
 
 # P1: inside one statement, best of three
@@ -87,16 +86,6 @@ P1_NATIVE=$(best_ms "SELECT count(nextval('s_block')) FROM generate_series(1, 20
 P1_SHARDED=$(best_ms "SELECT count(sharded_nextval('s_p1')) FROM generate_series(1, 2000000)")
 
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.2f}' if b else 'n/a')" "$1" "$2"; }
-# pratio CANDIDATE ANCHOR: the median over rounds of the ratio within each
-# round, where the two were measured a minute apart
-pratio() {
-    python3 - "${RUNS[$1]}" "${RUNS[$2]}" <<'PY'
-import statistics, sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-print(f"{statistics.median(x / y for x, y in zip(a, b) if y):.2f}")
-PY
-}
 echo
 echo "pgbench -n -M prepared -j 2 -T $T, median tps of $ROUNDS interleaved rounds (ratios: median of per-round ratios), PostgreSQL $(psql -qXAt -d bench -c 'SHOW server_version'), $(nproc) cores; sharded_seq defaults: block $BLOCK, $(psql -qXAt -d bench -c "LOAD 'sharded_seq'" -c 'SHOW sharded_seq.default_sequence_shards') shards"
 echo

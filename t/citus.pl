@@ -61,6 +61,34 @@ sub add_node
 	return;
 }
 
+# sessions_everywhere(NODES, PER_NODE, MAKE): PER_NODE sessions on each node
+# at once; session i runs the statements MAKE->(i) returns (one psql -c
+# each); waits for all.  Returns the outputs and the errors of the sessions
+# that failed.
+sub sessions_everywhere
+{
+	my ($nodes, $per_node, $make) = @_;
+	my (@runs, @outs, @errs);
+	for my $node (@$nodes)
+	{
+		for (1 .. $per_node)
+		{
+			my $i = scalar @runs;
+			($outs[$i], $errs[$i]) = ('', '');
+			push @runs,
+			  IPC::Run::start(
+				[
+					$node->installed_command('psql'), '-XAtq', '-v',
+					'ON_ERROR_STOP=1', '-d', $node->connstr($db),
+					map { ('-c', $_) } $make->($i)
+				],
+				'>', \$outs[$i], '2>', \$errs[$i]);
+		}
+	}
+	my @failed = grep { !$runs[$_]->finish } 0 .. $#runs;
+	return (\@outs, join('', map { $errs[$_] } @failed));
+}
+
 my $c = citus_node('coordinator');
 my @w = map { citus_node("worker$_") } 1 .. 2;
 $c->safe_psql($db,
@@ -147,39 +175,25 @@ ok($w[0]->safe_psql($db, "SELECT sharded_nextval('orders_id') > $past") eq 't'
 
 # sessions on every node at once, each committing some inserts and rolling
 # back others; every value drawn (kept or not) comes back from RETURNING
-my @runs;
-my @outs;
-my @errs;
 my $per_session = 15;
-for my $node ($c, @w)
-{
-	for my $s (1 .. 2)
-	{
-		my $i = scalar @runs;
-		($outs[$i], $errs[$i]) = ('', '');
+my ($outs, $failures) = sessions_everywhere(
+	[ $c, @w ], 2,
+	sub {
+		my ($i) = @_;
 		my @cmds;
 		for my $k (1 .. $per_session)
 		{
 			my $ins = "INSERT INTO orders (customer, v) SELECT g % 97, $i FROM generate_series(1, 20) g RETURNING 'S$i', $k, id";
 			push @cmds, $k % 5 == 0 ? ('BEGIN', $ins =~ s/'S$i'/'R$i'/r, 'ROLLBACK') : ($ins);
 		}
-		push @runs,
-		  IPC::Run::start(
-			[
-				$node->installed_command('psql'), '-XAtq', '-v',
-				'ON_ERROR_STOP=1', '-d', $node->connstr($db),
-				map { ('-c', $_) } @cmds
-			],
-			'>', \$outs[$i], '2>', \$errs[$i]);
-	}
-}
-my @failed = grep { !$runs[$_]->finish } 0 .. $#runs;
-is(join('', map { $errs[$_] } @failed), '', 'sessions on every node ran');
+		return @cmds;
+	});
+is($failures, '', 'sessions on every node ran');
 my (%seen, $dup, $order_bad, %kept);
-for my $i (0 .. $#outs)
+for my $i (0 .. $#$outs)
 {
 	my (%lo, %hi);
-	for my $line (split /\n/, $outs[$i])
+	for my $line (split /\n/, $outs->[$i])
 	{
 		my ($tag, $k, $id) = split /\|/, $line;
 		$dup++ if $seen{$id}++;
@@ -257,33 +271,15 @@ is($c->safe_psql($db, "SELECT counter_value('hits') || ' ' || (SELECT count(*) F
 
 # increments on every node at once, some rolled back; every node reads the
 # exact committed total of both an exact and a buffered counter
-@runs = ();
-@outs = ();
-@errs = ();
-for my $node ($c, @w)
-{
-	for my $s (1 .. 2)
-	{
-		my $i = scalar @runs;
-		($outs[$i], $errs[$i]) = ('', '');
-		my @cmds;
-		for my $k (1 .. 20)
-		{
-			my $incr = "SELECT counter_incr('hits', $k), counter_incr('bhits', 2 * $k)";
-			push @cmds, $k % 4 == 0 ? ('BEGIN', $incr, 'ROLLBACK') : ($incr);
-		}
-		push @runs,
-		  IPC::Run::start(
-			[
-				$node->installed_command('psql'), '-XAtq', '-v',
-				'ON_ERROR_STOP=1', '-d', $node->connstr($db),
-				map { ('-c', $_) } @cmds
-			],
-			'>', \$outs[$i], '2>', \$errs[$i]);
-	}
-}
-@failed = grep { !$runs[$_]->finish } 0 .. $#runs;
-is(join('', map { $errs[$_] } @failed), '', 'increments on every node ran');
+(undef, $failures) = sessions_everywhere(
+	[ $c, @w ], 2,
+	sub {
+		map {
+			my $incr = "SELECT counter_incr('hits', $_), counter_incr('bhits', 2 * $_)";
+			$_ % 4 == 0 ? ('BEGIN', $incr, 'ROLLBACK') : ($incr)
+		} 1 .. 20;
+	});
+is($failures, '', 'increments on every node ran');
 # per session: 1..20 less the multiples of 4 = 210 - 60 = 150; six sessions
 my $committed = 6 * 150;
 is(join(',', map { $_->safe_psql($db, "SELECT counter_value('hits'), counter_value('bhits')") } $c, @w),
