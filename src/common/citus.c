@@ -94,11 +94,13 @@ ReadCitusGroup(void)
 	bool		member;
 	int32		group = -1;
 
-	if (!IsTransactionState() || !OidIsValid(get_extension_oid("citus", true)))
+	if (!IsTransactionState())
 		return -1;
+	/* syscache lookups first: a session's first use pays little without Citus */
 	local_rel = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
 	node_rel = get_relname_relid("pg_dist_node", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(local_rel) || !OidIsValid(node_rel))
+	if (!OidIsValid(local_rel) || !OidIsValid(node_rel) ||
+		!OidIsValid(get_extension_oid("citus", true)))
 		return -1;
 
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
