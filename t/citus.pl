@@ -28,7 +28,7 @@ use Test::More;
 
 my $libdir = `pg_config --pkglibdir`;
 chomp $libdir;
-plan skip_all => "Citus is not installed for this PostgreSQL ($libdir/citus.so); scripts/setup.sh builds it from ../shared/citus on PostgreSQL 15"
+plan skip_all => "Citus is not installed for this PostgreSQL ($libdir/citus.so): scripts/citus.sh builds it from ../shared/citus, for PostgreSQL 15 only, and says why it did not"
   unless -f "$libdir/citus.so";
 
 my $db = 'app';
