@@ -281,7 +281,16 @@ is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM sharded_seq.counter_
 
 # ---- a worker added later
 my $w3 = citus_node('worker3');
+# a session that took its node id (0) before its node joined would share
+# node 0's range with every such session of every node: refused
+$w3->safe_psql($db, 'CREATE EXTENSION sharded_seq');
+my $early = $w3->background_psql($db, on_error_stop => 0);
+$early->query_safe('SELECT sharded_seq.node_id()');
 add_node($c, $w3);
+my ($early_out) = $early->query("SELECT sharded_nextval('orders_id') >> 53");
+like($early->{stderr}, qr/this session took node id 0, but this node is now Citus group \d+, node id \d+/,
+	"a session opened before its node joined draws nothing from node 0's range (it drew '$early_out')");
+$early->quit;
 is($w3->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53, sharded_seq.node_id()"),
 	"4|4", 'a worker added later takes the definition at its first use, and its own node id');
 $c->safe_psql($db, "SELECT sharded_seq.alter_sequence('orders_id', block => 300); SELECT sharded_seq.create_sequence('after_add')");
