@@ -298,6 +298,30 @@ is($w3->safe_psql($db, $definitions), $c->safe_psql($db, $definitions),
 	'... and every change made since');
 is($w3->safe_psql($db, "SELECT sharded_nextval('after_add') >> 53"), '4', '... and draws from a sequence made since');
 
+# a new worker's replay racing the coordinator's changes: a change that
+# arrives while the replay is uncommitted waits for it, and is not skipped
+$c->safe_psql($db, "SELECT sharded_seq.create_sequence('race', block => 10); SELECT sharded_seq.grant_sequence('race', 'alice')");
+my $w4 = citus_node('worker4');
+add_node($c, $w4);
+# an administrative call gives the new worker its copy of cluster_calls
+$c->safe_psql($db, "SELECT sharded_seq.create_sequence('placed')");
+my $puller = $w4->background_psql($db);
+$puller->query_safe('BEGIN');
+$puller->query_safe("SELECT sharded_nextval('race')");
+my $changer = $c->background_psql($db);
+$changer->query_until(qr/sent/,
+	"\\echo sent\nSELECT sharded_seq.revoke_sequence('race', 'alice'); SELECT sharded_seq.alter_sequence('race', block => 77);\n");
+# the change waits on the worker (or, unfixed, has committed)
+$w4->poll_query_until($db,
+	"SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'object' AND NOT granted) OR EXISTS (SELECT 1 FROM sharded_seq.cluster_calls WHERE name = 'race' AND n = 3)")
+  or die 'the change never reached the new worker';
+$puller->query_safe('COMMIT');
+$changer->query_safe('SELECT 1');
+$_->quit for $puller, $changer;
+my $race = "SELECT block || ' ' || acl::text FROM sharded_seq.sequence_config WHERE name = 'race'";
+is($w4->safe_psql($db, $race), $c->safe_psql($db, $race),
+	'a change made while a new worker replays is applied there too (a revoke is not lost)');
+
 # ---- a worker removed, its counts moved first
 $w3->safe_psql($db, "SELECT counter_incr('hits', 1000); SELECT counter_incr('bhits', 7)");
 my $before = $c->safe_psql($db, "SELECT counter_value('hits') || ' ' || counter_value('bhits')");

@@ -23,6 +23,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -31,6 +32,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -565,6 +567,22 @@ ApplyCall(const char *made_by, const char *call)
 	CommandCounterIncrement();
 }
 
+/*
+ * Serialise, on a worker, the replays of ClusterPull and the calls that
+ * arrive from the coordinator, until the end of the transaction: a call
+ * arriving while another session's replay is uncommitted would find no
+ * object and skip it (a revoke, a change or a drop lost on that node for
+ * good), and two sessions replaying at once would both create an object.
+ * The statements after it take a new snapshot, which sees the other's work
+ * (in read committed, as Citus runs the coordinator's calls).
+ */
+static void
+ClusterPullLock(void)
+{
+	LockDatabaseObject(ExtensionRelationId, get_extension_oid("sharded_seq", false), 1,
+					   ExclusiveLock);
+}
+
 /* Replay every call of kind's object name, in order (SPI connected).  Returns how many. */
 static uint64
 ReplayObject(ObjectKind kind, const char *name)
@@ -600,6 +618,7 @@ ClusterPull(ObjectKind kind, const char *name)
 	if (ClusterApplying || CitusGroup() <= 0)
 		return false;
 	BeginAsOwner(&ctx);
+	ClusterPullLock();
 	/* Citus joins no local table with a reference table placed elsewhere: two steps */
 	n = RunSql("SELECT DISTINCT kind, name FROM sharded_seq.cluster_calls ORDER BY 1, 2",
 			   0, NULL, NULL, SPI_OK_SELECT);
@@ -661,6 +680,8 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	op = TextDatumGetCString(heap_getattr(tup, Anum_call_op, desc, &isnull));
 
 	BeginAsOwner(&ctx);
+	if (!node_call)
+		ClusterPullLock();
 	if (node_call || strcmp(op, "create") == 0 || ObjectHere(kind, name))
 		ApplyCall(NameStr(*DatumGetName(heap_getattr(tup, Anum_call_made_by, desc, &isnull))),
 				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)));
