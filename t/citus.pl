@@ -308,16 +308,24 @@ $c->safe_psql($db, "SELECT sharded_seq.create_sequence('placed')");
 my $puller = $w4->background_psql($db);
 $puller->query_safe('BEGIN');
 $puller->query_safe("SELECT sharded_nextval('race')");
+# a second session's first use waits for the first one's replay, then finds
+# the objects there
+my $puller2 = $w4->background_psql($db, on_error_stop => 0);
+$puller2->query_until(qr/sent/, "\\echo sent\nSELECT sharded_nextval('race') >> 53;\n");
+$w4->poll_query_until($db, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)")
+  or die 'the second session never waited';
 my $changer = $c->background_psql($db);
 $changer->query_until(qr/sent/,
 	"\\echo sent\nSELECT sharded_seq.revoke_sequence('race', 'alice'); SELECT sharded_seq.alter_sequence('race', block => 77);\n");
 # the change waits on the worker (or, unfixed, has committed)
 $w4->poll_query_until($db,
-	"SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'object' AND NOT granted) OR EXISTS (SELECT 1 FROM sharded_seq.cluster_calls WHERE name = 'race' AND n = 3)")
+	"SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'object' AND NOT granted) = 2 OR EXISTS (SELECT 1 FROM sharded_seq.cluster_calls WHERE name = 'race' AND n = 3)")
   or die 'the change never reached the new worker';
 $puller->query_safe('COMMIT');
 $changer->query_safe('SELECT 1');
-$_->quit for $puller, $changer;
+$puller2->query('SELECT 1');
+is($puller2->{stderr}, '', "a second session's first use on the new worker, at the same time, draws too");
+$_->quit for $puller, $puller2, $changer;
 my $race = "SELECT block || ' ' || acl::text FROM sharded_seq.sequence_config WHERE name = 'race'";
 is($w4->safe_psql($db, $race), $c->safe_psql($db, $race),
 	'a change made while a new worker replays is applied there too (a revoke is not lost)');

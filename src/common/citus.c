@@ -604,8 +604,8 @@ ReplayObject(ObjectKind kind, const char *name)
 /*
  * On a Citus worker, an object this node does not have: take every
  * definition this node lacks from the coordinator's calls, now (a node
- * added to the cluster has none).  Returns true if kind's name was among
- * them (the caller loads it again).
+ * added to the cluster has none).  Returns true if kind's name is here
+ * now (the caller loads it again).
  */
 bool
 ClusterPull(ObjectKind kind, const char *name)
@@ -613,7 +613,7 @@ ClusterPull(ObjectKind kind, const char *name)
 	OwnerContext ctx;
 	SPITupleTable *objects;
 	uint64		n;
-	bool		pulled = false;
+	bool		pulled;
 
 	if (ClusterApplying || CitusGroup() <= 0)
 		return false;
@@ -632,8 +632,9 @@ ClusterPull(ObjectKind kind, const char *name)
 		if (ObjectHere(k, object))
 			continue;
 		ReplayObject(k, object);
-		pulled |= (k == kind && strcmp(object, name) == 0);
 	}
+	/* replayed now, or by a session this one waited for */
+	pulled = ObjectHere(kind, name);
 	EndAsOwner(&ctx);
 	return pulled;
 }
