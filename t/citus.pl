@@ -330,6 +330,20 @@ my $race = "SELECT block || ' ' || acl::text FROM sharded_seq.sequence_config WH
 is($w4->safe_psql($db, $race), $c->safe_psql($db, $race),
 	'a change made while a new worker replays is applied there too (a revoke is not lost)');
 
+# a worker of a group past 1022 (Citus never gives a group id twice) has
+# no node id: it draws nothing, and leaves the others' totals and
+# administration working
+my $total = $c->safe_psql($db, "SELECT counter_value('hits')");
+$c->safe_psql($db, "SELECT setval('pg_catalog.pg_dist_groupid_seq', 1022)");
+my $w5 = citus_node('worker5');
+add_node($c, $w5);
+($rc, $out, $err) = $w5->psql($db, "SELECT sharded_nextval('orders_id')");
+like($err, qr/Citus group 1023 has no sharded_seq node id/, 'a worker of group 1023 draws nothing');
+($rc, $out, $err) = $c->psql($db, "SELECT counter_value('hits')");
+is("$out$err", $total, '... and every other node still reads the total');
+($rc, $out, $err) = $c->psql($db, "SELECT sharded_seq.create_sequence('past_1022')");
+is($rc . $err, '0', '... and administration still works');
+
 # ---- a worker removed, its counts moved first
 $w3->safe_psql($db, "SELECT counter_incr('hits', 1000); SELECT counter_incr('bhits', 7)");
 my $before = $c->safe_psql($db, "SELECT counter_value('hits') || ' ' || counter_value('bhits')");

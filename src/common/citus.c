@@ -471,14 +471,17 @@ ClusterWritesReplicatedTable(void)
 
 /*
  * The sum of what command (a query of one bigint) returns on every other
- * active primary node of the cluster, each in a transaction of its own
- * there, as the current user; an error if a node does not answer.
+ * active primary node of the cluster that has a node id (one past the last
+ * has no counter rows, and would answer with an error), each in a
+ * transaction of its own there, as the current user; an error if a node
+ * does not answer.
  */
 int128
 ClusterSumElsewhere(const char *command)
 {
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		args[2] = {Int32GetDatum(CitusGroup()), CStringGetTextDatum(command)};
+	Oid			types[3] = {INT4OID, TEXTOID, INT4OID};
+	Datum		args[3] = {Int32GetDatum(CitusGroup()), CStringGetTextDatum(command),
+	Int32GetDatum(SHARDED_SEQ_MAX_NODE)};
 	int128		sum = 0;
 	int			nest;
 	uint64		n;
@@ -493,10 +496,11 @@ ClusterSumElsewhere(const char *command)
 			   "               pg_catalog.array_agg($2 ORDER BY nodeid) AS commands"
 			   "          FROM pg_catalog.pg_dist_node"
 			   "         WHERE isactive AND noderole OPERATOR(pg_catalog.=) 'primary'"
-			   "           AND groupid OPERATOR(pg_catalog.<>) $1) d,"
+			   "           AND groupid OPERATOR(pg_catalog.<>) $1"
+			   "           AND groupid OPERATOR(pg_catalog.<) $3) d,"
 			   "       pg_catalog.master_run_on_worker(d.names, d.ports, d.commands, true) r"
 			   " WHERE d.names IS NOT NULL",
-			   2, types, args, SPI_OK_SELECT);
+			   3, types, args, SPI_OK_SELECT);
 	for (uint64 i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -660,6 +664,7 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	char	   *name;
 	char	   *op;
 	bool		node_call;
+	int32		group;
 	OwnerContext ctx;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
@@ -668,8 +673,13 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("sharded_seq.cluster_call_arrived() must be called as an AFTER INSERT row trigger"),
 				 errhint("It is fired by writes to sharded_seq.cluster_calls; do not call it directly.")));
-	/* the coordinator ran the call already; outside a cluster (a restore) nothing runs */
-	if (ClusterApplying || CitusGroup() <= 0)
+	/*
+	 * The coordinator ran the call already; outside a cluster (a restore)
+	 * nothing runs; a node past the last node id uses no object (its error
+	 * would fail every administrative call of the cluster).
+	 */
+	group = CitusGroup();
+	if (ClusterApplying || group <= 0 || group + 1 > SHARDED_SEQ_MAX_NODE)
 		return PointerGetDatum(NULL);
 
 	tup = trigdata->tg_trigtuple;
