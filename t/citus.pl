@@ -344,6 +344,19 @@ is("$out$err", $total, '... and every other node still reads the total');
 ($rc, $out, $err) = $c->psql($db, "SELECT sharded_seq.create_sequence('past_1022')");
 is($rc . $err, '0', '... and administration still works');
 
+# a coordinator restored from a dump (pg_dump keeps cluster_calls' rows)
+# into a new cluster: its first administrative call makes the calls again
+my $r = citus_node('restored');
+$r->safe_psql($db, q{CREATE EXTENSION sharded_seq; SELECT sharded_seq.create_sequence('r1');
+INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)
+  VALUES ('sequence', 'r1', 1, 'create', 'postgres', 'SELECT sharded_seq.create_sequence(''r1'')')});
+$r->safe_psql($db, "SELECT citus_set_coordinator_host('" . $r->host . "', " . $r->port . ')');
+($rc, $out, $err) = $r->psql($db, "SELECT sharded_seq.create_sequence('r2')");
+is($rc . $err, '0', 'a restored coordinator in a new cluster: its first administrative call works');
+is($r->safe_psql($db, "SELECT string_agg(name || ' ' || n || ' ' || op, ', ' ORDER BY name, n) FROM sharded_seq.cluster_calls"),
+	'r1 1 create, r2 1 create', '... and its calls are the definitions, once each');
+$r->stop;
+
 # ---- a worker removed, its counts moved first
 $w3->safe_psql($db, "SELECT counter_incr('hits', 1000); SELECT counter_incr('bhits', 7)");
 my $before = $c->safe_psql($db, "SELECT counter_value('hits') || ' ' || counter_value('bhits')");

@@ -200,7 +200,12 @@ ClusterCallsReady(void)
 		   0, NULL, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
-		/* empty first: Citus copies rows to a placement without firing triggers */
+		/*
+		 * Empty first: Citus copies rows to a placement without firing
+		 * triggers.  Rows here came from a restore (pg_dump keeps them): the
+		 * seed below makes them again from the definitions.
+		 */
+		RunSql("DELETE FROM sharded_seq.cluster_calls", 0, NULL, NULL, SPI_OK_DELETE);
 		RunSql("SELECT pg_catalog.create_reference_table('sharded_seq.cluster_calls')",
 			   0, NULL, NULL, SPI_OK_SELECT);
 		RunSql("INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)"
