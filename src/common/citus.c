@@ -486,7 +486,7 @@ ClusterSumElsewhere(const char *command)
 {
 	Oid			types[3] = {INT4OID, TEXTOID, INT4OID};
 	Datum		args[3] = {Int32GetDatum(CitusGroup()), CStringGetTextDatum(command),
-	Int32GetDatum(SHARDED_SEQ_MAX_NODE)};
+						   Int32GetDatum(SHARDED_SEQ_MAX_NODE)};
 	int128		sum = 0;
 	int			nest;
 	uint64		n;
