@@ -310,13 +310,81 @@ like($err, qr/cannot set a counter in a Citus cluster/, 'set_counter is refused 
 
 # ---- a worker added later
 my $w3 = citus_node('worker3');
+# a session that took its node id (0) before its node joined would share
+# node 0's range with every such session of every node: refused
+$w3->safe_psql($db, 'CREATE EXTENSION sharded_seq');
+my $early = $w3->background_psql($db, on_error_stop => 0);
+$early->query_safe('SELECT sharded_seq.node_id()');
 add_node($c, $w3);
+my ($early_out) = $early->query("SELECT sharded_nextval('orders_id') >> 53");
+like($early->{stderr}, qr/this session took node id 0, but this node is now Citus group \d+, node id \d+/,
+	"a session opened before its node joined draws nothing from node 0's range (it drew '$early_out')");
+$early->quit;
 is($w3->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53, sharded_seq.node_id()"),
 	"4|4", 'a worker added later takes the definition at its first use, and its own node id');
 $c->safe_psql($db, "SELECT sharded_seq.alter_sequence('orders_id', block => 300); SELECT sharded_seq.create_sequence('after_add')");
 is($w3->safe_psql($db, $definitions), $c->safe_psql($db, $definitions),
 	'... and every change made since');
 is($w3->safe_psql($db, "SELECT sharded_nextval('after_add') >> 53"), '4', '... and draws from a sequence made since');
+
+# a new worker's replay racing the coordinator's changes: a change that
+# arrives while the replay is uncommitted waits for it, and is not skipped
+$c->safe_psql($db, "SELECT sharded_seq.create_sequence('race', block => 10); SELECT sharded_seq.grant_sequence('race', 'alice')");
+my $w4 = citus_node('worker4');
+add_node($c, $w4);
+# an administrative call gives the new worker its copy of cluster_calls
+$c->safe_psql($db, "SELECT sharded_seq.create_sequence('placed')");
+my $puller = $w4->background_psql($db);
+$puller->query_safe('BEGIN');
+$puller->query_safe("SELECT sharded_nextval('race')");
+# a second session's first use waits for the first one's replay, then finds
+# the objects there
+my $puller2 = $w4->background_psql($db, on_error_stop => 0);
+$puller2->query_until(qr/sent/, "\\echo sent\nSELECT sharded_nextval('race') >> 53;\n");
+$w4->poll_query_until($db, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)")
+  or die 'the second session never waited';
+my $changer = $c->background_psql($db);
+$changer->query_until(qr/sent/,
+	"\\echo sent\nSELECT sharded_seq.revoke_sequence('race', 'alice'); SELECT sharded_seq.alter_sequence('race', block => 77);\n");
+# the change waits on the worker (or, unfixed, has committed)
+$w4->poll_query_until($db,
+	"SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'object' AND NOT granted) = 2 OR EXISTS (SELECT 1 FROM sharded_seq.cluster_calls WHERE name = 'race' AND n = 3)")
+  or die 'the change never reached the new worker';
+$puller->query_safe('COMMIT');
+$changer->query_safe('SELECT 1');
+$puller2->query('SELECT 1');
+is($puller2->{stderr}, '', "a second session's first use on the new worker, at the same time, draws too");
+$_->quit for $puller, $puller2, $changer;
+my $race = "SELECT block || ' ' || acl::text FROM sharded_seq.sequence_config WHERE name = 'race'";
+is($w4->safe_psql($db, $race), $c->safe_psql($db, $race),
+	'a change made while a new worker replays is applied there too (a revoke is not lost)');
+
+# a worker of a group past 1022 (Citus never gives a group id twice) has
+# no node id: it draws nothing, and leaves the others' totals and
+# administration working
+my $total = $c->safe_psql($db, "SELECT counter_value('hits')");
+$c->safe_psql($db, "SELECT setval('pg_catalog.pg_dist_groupid_seq', 1022)");
+my $w5 = citus_node('worker5');
+add_node($c, $w5);
+($rc, $out, $err) = $w5->psql($db, "SELECT sharded_nextval('orders_id')");
+like($err, qr/Citus group 1023 has no sharded_seq node id/, 'a worker of group 1023 draws nothing');
+($rc, $out, $err) = $c->psql($db, "SELECT counter_value('hits')");
+is("$out$err", $total, '... and every other node still reads the total');
+($rc, $out, $err) = $c->psql($db, "SELECT sharded_seq.create_sequence('past_1022')");
+is($rc . $err, '0', '... and administration still works');
+
+# a coordinator restored from a dump (pg_dump keeps cluster_calls' rows)
+# into a new cluster: its first administrative call makes the calls again
+my $r = citus_node('restored');
+$r->safe_psql($db, q{CREATE EXTENSION sharded_seq; SELECT sharded_seq.create_sequence('r1');
+INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)
+  VALUES ('sequence', 'r1', 1, 'create', 'postgres', 'SELECT sharded_seq.create_sequence(''r1'')')});
+$r->safe_psql($db, "SELECT citus_set_coordinator_host('" . $r->host . "', " . $r->port . ')');
+($rc, $out, $err) = $r->psql($db, "SELECT sharded_seq.create_sequence('r2')");
+is($rc . $err, '0', 'a restored coordinator in a new cluster: its first administrative call works');
+is($r->safe_psql($db, "SELECT string_agg(name || ' ' || n || ' ' || op, ', ' ORDER BY name, n) FROM sharded_seq.cluster_calls"),
+	'r1 1 create, r2 1 create', '... and its calls are the definitions, once each');
+$r->stop;
 
 # ---- a worker removed, its counts moved first
 $w3->safe_psql($db, "SELECT counter_incr('hits', 1000); SELECT counter_incr('bhits', 7)");

@@ -23,6 +23,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -31,6 +32,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -200,7 +202,12 @@ ClusterCallsReady(void)
 		   0, NULL, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
-		/* empty first: Citus copies rows to a placement without firing triggers */
+		/*
+		 * Empty first: Citus copies rows to a placement without firing
+		 * triggers.  Rows here came from a restore (pg_dump keeps them): the
+		 * seed below makes them again from the definitions.
+		 */
+		RunSql("DELETE FROM sharded_seq.cluster_calls", 0, NULL, NULL, SPI_OK_DELETE);
 		RunSql("SELECT pg_catalog.create_reference_table('sharded_seq.cluster_calls')",
 			   0, NULL, NULL, SPI_OK_SELECT);
 		RunSql("INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)"
@@ -517,6 +524,22 @@ ApplyCall(const char *made_by, const char *call)
 	CommandCounterIncrement();
 }
 
+/*
+ * Serialise, on a worker, the replays of ClusterPull and the calls that
+ * arrive from the coordinator, until the end of the transaction: a call
+ * arriving while another session's replay is uncommitted would find no
+ * object and skip it (a revoke, a change or a drop lost on that node for
+ * good), and two sessions replaying at once would both create an object.
+ * The statements after it take a new snapshot, which sees the other's work
+ * (in read committed, as Citus runs the coordinator's calls).
+ */
+static void
+ClusterPullLock(void)
+{
+	LockDatabaseObject(ExtensionRelationId, get_extension_oid("sharded_seq", false), 1,
+					   ExclusiveLock);
+}
+
 /* Replay every call of kind's object name, in order (SPI connected).  Returns how many. */
 static uint64
 ReplayObject(ObjectKind kind, const char *name)
@@ -538,8 +561,8 @@ ReplayObject(ObjectKind kind, const char *name)
 /*
  * On a Citus worker, an object this node does not have: take every
  * definition this node lacks from the coordinator's calls, now (a node
- * added to the cluster has none).  Returns true if kind's name was among
- * them (the caller loads it again).
+ * added to the cluster has none).  Returns true if kind's name is here
+ * now (the caller loads it again).
  */
 bool
 ClusterPull(ObjectKind kind, const char *name)
@@ -547,11 +570,12 @@ ClusterPull(ObjectKind kind, const char *name)
 	OwnerContext ctx;
 	SPITupleTable *objects;
 	uint64		n;
-	bool		pulled = false;
+	bool		pulled;
 
 	if (ClusterApplying || CitusGroup() <= 0)
 		return false;
 	BeginAsOwner(&ctx);
+	ClusterPullLock();
 	/* Citus joins no local table with a reference table placed elsewhere: two steps */
 	n = RunSql("SELECT DISTINCT kind, name FROM sharded_seq.cluster_calls ORDER BY 1, 2",
 			   0, NULL, NULL, SPI_OK_SELECT);
@@ -565,8 +589,9 @@ ClusterPull(ObjectKind kind, const char *name)
 		if (ObjectHere(k, object))
 			continue;
 		ReplayObject(k, object);
-		pulled |= (k == kind && strcmp(object, name) == 0);
 	}
+	/* replayed now, or by a session this one waited for */
+	pulled = ObjectHere(kind, name);
 	EndAsOwner(&ctx);
 	return pulled;
 }
@@ -592,6 +617,7 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	char	   *name;
 	char	   *op;
 	bool		node_call;
+	int32		group;
 	OwnerContext ctx;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
@@ -600,8 +626,13 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("sharded_seq.cluster_call_arrived() must be called as an AFTER INSERT row trigger"),
 				 errhint("It is fired by writes to sharded_seq.cluster_calls; do not call it directly.")));
-	/* the coordinator ran the call already; outside a cluster (a restore) nothing runs */
-	if (ClusterApplying || CitusGroup() <= 0)
+	/*
+	 * The coordinator ran the call already; outside a cluster (a restore)
+	 * nothing runs; a node past the last node id uses no object (its error
+	 * would fail every administrative call of the cluster).
+	 */
+	group = CitusGroup();
+	if (ClusterApplying || group <= 0 || group + 1 > SHARDED_SEQ_MAX_NODE)
 		return PointerGetDatum(NULL);
 
 	tup = trigdata->tg_trigtuple;
@@ -613,6 +644,8 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	op = TextDatumGetCString(heap_getattr(tup, Anum_call_op, desc, &isnull));
 
 	BeginAsOwner(&ctx);
+	if (!node_call)
+		ClusterPullLock();
 	if (node_call || strcmp(op, "create") == 0 || ObjectHere(kind, name))
 		ApplyCall(NameStr(*DatumGetName(heap_getattr(tup, Anum_call_made_by, desc, &isnull))),
 				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)));

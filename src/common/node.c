@@ -93,11 +93,27 @@ SessionNodeFirstUse(void)
 	return SessionNode;
 }
 
-/* This session's node id: the setting as it was at its first use. */
+/*
+ * This session's node id: the setting as it was at its first use.  A
+ * session that took it before its node joined a Citus cluster (or before
+ * its group changed) is refused: it would draw from another node's range,
+ * or from node 0's, which every such session on every node shares.
+ */
 int32
 SessionNodeId(void)
 {
-	return SessionNode >= 0 ? SessionNode : SessionNodeFirstUse();
+	int32		group;
+
+	if (SessionNode < 0)
+		return SessionNodeFirstUse();
+	if ((group = CitusGroup()) >= 0 && SessionNode != group + 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this session took node id %d, but this node is now Citus group %d, node id %d",
+						SessionNode, group, group + 1),
+				 errdetail("The session began before this node joined the Citus cluster; its values could repeat another node's."),
+				 errhint("Reconnect: a new session takes its node id from the Citus group.")));
+	return SessionNode;
 }
 
 /*

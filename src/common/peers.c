@@ -131,12 +131,12 @@ PeerFor(PeerNode *node)
 	return NULL;				/* keep compiler quiet */
 }
 
-/* The other active primary nodes, with what Citus would connect with. */
+/* The other active primary nodes that have a node id, with what Citus would connect with. */
 static PeerNode *
 OtherNodes(int32 own_group, int *n)
 {
-	Oid			types[2] = {INT4OID, NAMEOID};
-	Datum		args[2];
+	Oid			types[3] = {INT4OID, NAMEOID, INT4OID};
+	Datum		args[3];
 	MemoryContext outer = CurrentMemoryContext;
 	OwnerContext ctx;
 	PeerNode   *nodes;
@@ -145,6 +145,8 @@ OtherNodes(int32 own_group, int *n)
 	BeginAsOwner(&ctx);
 	args[0] = Int32GetDatum(own_group);
 	args[1] = DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(ctx.caller, false)));
+	/* a node past the last node id has no counter rows, and would refuse to answer */
+	args[2] = Int32GetDatum(CitusGroupMaxWithNode);
 	if (SPI_execute_with_args("SELECT n.nodeid, n.nodename, n.nodeport,"
 							  "       (SELECT a.authinfo FROM pg_catalog.pg_dist_authinfo a"
 							  "         WHERE a.nodeid OPERATOR(pg_catalog.=) ANY (ARRAY[n.nodeid, 0])"
@@ -154,8 +156,9 @@ OtherNodes(int32 own_group, int *n)
 							  "  FROM pg_catalog.pg_dist_node n"
 							  " WHERE n.isactive AND n.noderole OPERATOR(pg_catalog.=) 'primary'"
 							  "   AND n.groupid OPERATOR(pg_catalog.<>) $1"
+							  "   AND n.groupid OPERATOR(pg_catalog.<=) $3"
 							  " ORDER BY n.nodeid",
-							  2, types, args, NULL, true, 0) != SPI_OK_SELECT)
+							  3, types, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the nodes of the Citus cluster");
 	*n = (int) SPI_processed;
 	nodes = MemoryContextAllocZero(outer, Max(*n, 1) * sizeof(PeerNode));
