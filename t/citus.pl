@@ -1,7 +1,7 @@
 # Citus (issue 23): a coordinator and two workers on loopback, Citus built
 # from ../shared/citus by scripts/setup.sh (PostgreSQL 15 only; elsewhere,
 # or without the sources, this test skips).  It checks:
-#  - node ids from Citus groups (group g is node g + 1), and a setting that
+#  - node ids from Citus groups (group g is node g), and a setting that
 #    disagrees refused;
 #  - administration on the coordinator reaching every node in its
 #    transaction (create, alter, advance, grant, drop, a rollback), and
@@ -99,7 +99,7 @@ $c->safe_psql($db, 'CREATE ROLE alice; CREATE ROLE bob');
 
 # ---- node ids from Citus groups
 is(join(',', map { $_->safe_psql($db, 'SELECT sharded_seq.node_id()') } $c, @w),
-	'1,2,3', 'each node takes its node id from its Citus group (g + 1)');
+	'0,1,2', 'each node takes its node id from its Citus group');
 
 # ---- administration reaches every node, in the coordinator's transaction
 $c->safe_psql(
@@ -156,21 +156,21 @@ INSERT INTO orders (customer, v) SELECT customer + 1, v FROM orders;
 is($c->safe_psql($db, 'SELECT count(*) = count(DISTINCT id) AND count(*) = 800 FROM orders'),
 	't', 'a repartitioned INSERT ... SELECT draws distinct values');
 is($c->safe_psql($db, 'SELECT string_agg(DISTINCT (id >> 53)::text, \',\' ORDER BY (id >> 53)::text) FROM orders'),
-	'1,2,3', '... drawn on the coordinator and on each worker, each in its own range');
+	'0,1,2', '... drawn on the coordinator and on each worker, each in its own range');
 is($w[0]->safe_psql($db, "INSERT INTO orders (customer, v) VALUES (7, 1) RETURNING id >> 53"),
-	'2', 'an insert sent to a worker draws there');
+	'1', 'an insert sent to a worker draws there');
 
 # COPY, through the coordinator and sent to a worker
 $c->safe_psql($db, "COPY orders (customer, v) FROM STDIN;\n5\t-4\n6\t-3\n\\.\n");
 $w[1]->safe_psql($db, "COPY orders (customer, v) FROM STDIN;\n5\t-2\n6\t-1\n\\.\n");
 is($c->safe_psql($db, "SELECT string_agg((id >> 53)::text, ',' ORDER BY v) FROM orders WHERE v < 0"),
-	'1,1,3,3', 'COPY draws on the node the client copies to');
+	'0,0,2,2', 'COPY draws on the node the client copies to');
 
 # advance_sequence reaches every node; each advances within its own range
-my $past = $w[0]->safe_psql($db, "SELECT (2::bigint << 53) + 5000000");
+my $past = $w[0]->safe_psql($db, "SELECT (1::bigint << 53) + 5000000");
 $c->safe_psql($db, "SELECT sharded_seq.advance_sequence('orders_id', $past)");
 ok($w[0]->safe_psql($db, "SELECT sharded_nextval('orders_id') > $past") eq 't'
-	  && $c->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53") eq '1',
+	  && $c->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53") eq '0',
 	'advance_sequence past a value of worker 1 moves worker 1 past it, and the coordinator stays in its range');
 
 # sessions on every node at once, each committing some inserts and rolling
@@ -217,19 +217,19 @@ is($c->safe_psql($db, 'SELECT count(*) FROM orders WHERE v >= 0 AND v < 6 AND id
 ($rc, $out, $err) = $w[1]->psql($db, "SET ROLE bob; SELECT sharded_nextval('orders_id')");
 like($err, qr/permission denied/, 'a worker refuses a role without the grant');
 is($w[1]->safe_psql($db, "SET ROLE alice; SELECT sharded_nextval('orders_id') >> 53"),
-	'3', 'a worker lets the granted role draw');
+	'2', 'a worker lets the granted role draw');
 
 # ---- a setting that disagrees with Citus is refused
 $w[0]->safe_psql($db, 'ALTER SYSTEM SET sharded_seq.node_id = 9; SELECT pg_reload_conf()');
 $w[0]->poll_query_until($db, "SELECT current_setting('sharded_seq.node_id') = '9'")
   or die 'the reload was not seen';
 ($rc, $out, $err) = $w[0]->psql($db, "SELECT sharded_nextval('orders_id')");
-like($err, qr/sharded_seq.node_id is 9, but this node is Citus group 1, node id 2.*\n.*\n.*HINT:  Remove the setting/,
+like($err, qr/sharded_seq.node_id is 9, but this node is Citus group 1\n.*\n.*HINT:  Remove the setting.*or set it to 1/,
 	'an explicit node id that disagrees with the Citus group is refused');
-$w[0]->safe_psql($db, 'ALTER SYSTEM SET sharded_seq.node_id = 2; SELECT pg_reload_conf()');
-$w[0]->poll_query_until($db, "SELECT current_setting('sharded_seq.node_id') = '2'")
+$w[0]->safe_psql($db, 'ALTER SYSTEM SET sharded_seq.node_id = 1; SELECT pg_reload_conf()');
+$w[0]->poll_query_until($db, "SELECT current_setting('sharded_seq.node_id') = '1'")
   or die 'the reload was not seen';
-is($w[0]->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53"), '2', 'one that agrees is taken');
+is($w[0]->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53"), '1', 'one that agrees is taken');
 $w[0]->safe_psql($db, 'ALTER SYSTEM RESET sharded_seq.node_id; SELECT pg_reload_conf()');
 
 # ---- counters across nodes
@@ -317,15 +317,15 @@ my $early = $w3->background_psql($db, on_error_stop => 0);
 $early->query_safe('SELECT sharded_seq.node_id()');
 add_node($c, $w3);
 my ($early_out) = $early->query("SELECT sharded_nextval('orders_id') >> 53");
-like($early->{stderr}, qr/this session took node id 0, but this node is now Citus group \d+, node id \d+/,
+like($early->{stderr}, qr/this session took node id 0, but this node is now Citus group 3/,
 	"a session opened before its node joined draws nothing from node 0's range (it drew '$early_out')");
 $early->quit;
 is($w3->safe_psql($db, "SELECT sharded_nextval('orders_id') >> 53, sharded_seq.node_id()"),
-	"4|4", 'a worker added later takes the definition at its first use, and its own node id');
+	"3|3", 'a worker added later takes the definition at its first use, and its own node id');
 $c->safe_psql($db, "SELECT sharded_seq.alter_sequence('orders_id', block => 300); SELECT sharded_seq.create_sequence('after_add')");
 is($w3->safe_psql($db, $definitions), $c->safe_psql($db, $definitions),
 	'... and every change made since');
-is($w3->safe_psql($db, "SELECT sharded_nextval('after_add') >> 53"), '4', '... and draws from a sequence made since');
+is($w3->safe_psql($db, "SELECT sharded_nextval('after_add') >> 53"), '3', '... and draws from a sequence made since');
 
 # a new worker's replay racing the coordinator's changes: a change that
 # arrives while the replay is uncommitted waits for it, and is not skipped
@@ -359,18 +359,18 @@ my $race = "SELECT block || ' ' || acl::text FROM sharded_seq.sequence_config WH
 is($w4->safe_psql($db, $race), $c->safe_psql($db, $race),
 	'a change made while a new worker replays is applied there too (a revoke is not lost)');
 
-# a worker of a group past 1022 (Citus never gives a group id twice) has
+# a worker of a group past 1023 (Citus never gives a group id twice) has
 # no node id: it draws nothing, and leaves the others' totals and
 # administration working
 my $total = $c->safe_psql($db, "SELECT counter_value('hits')");
-$c->safe_psql($db, "SELECT setval('pg_catalog.pg_dist_groupid_seq', 1022)");
+$c->safe_psql($db, "SELECT setval('pg_catalog.pg_dist_groupid_seq', 1023)");
 my $w5 = citus_node('worker5');
 add_node($c, $w5);
 ($rc, $out, $err) = $w5->psql($db, "SELECT sharded_nextval('orders_id')");
-like($err, qr/Citus group 1023 has no sharded_seq node id/, 'a worker of group 1023 draws nothing');
+like($err, qr/Citus group 1024 has no sharded_seq node id/, 'a worker of group 1024 draws nothing');
 ($rc, $out, $err) = $c->psql($db, "SELECT counter_value('hits')");
 is("$out$err", $total, '... and every other node still reads the total');
-($rc, $out, $err) = $c->psql($db, "SELECT sharded_seq.create_sequence('past_1022')");
+($rc, $out, $err) = $c->psql($db, "SELECT sharded_seq.create_sequence('past_1023')");
 is($rc . $err, '0', '... and administration still works');
 
 # a coordinator restored from a dump (pg_dump keeps cluster_calls' rows)
@@ -400,18 +400,18 @@ $c->safe_psql($db, "SELECT citus_remove_node('" . $w3->host . "', " . $w3->port 
 is($c->safe_psql($db, "SELECT counter_value('hits') || ' ' || counter_value('bhits')"), $before,
 	'the worker left, and no count was lost');
 $c->safe_psql($db, "SELECT sharded_seq.create_sequence('after_remove')");
-is($w[1]->safe_psql($db, "SELECT sharded_nextval('after_remove') >> 53"), '3',
+is($w[1]->safe_psql($db, "SELECT sharded_nextval('after_remove') >> 53"), '2',
 	'administration goes on after a worker left');
 is($c->safe_psql($db, 'SELECT count(*) = count(DISTINCT id) FROM orders'), 't', 'ids stayed distinct');
 
-# ---- node ids end at 1023: group 1022 is the last with one
+# ---- node ids end at 1023: group 1023 is the last with one
 my $lone = citus_node('lone');
 $lone->safe_psql($db,
 	"SELECT citus_set_coordinator_host('" . $lone->host . "', " . $lone->port . '); CREATE EXTENSION sharded_seq');
-$lone->safe_psql($db, 'UPDATE pg_dist_local_group SET groupid = 1022');
-is($lone->safe_psql($db, 'SELECT sharded_seq.node_id()'), '1023', 'Citus group 1022 is node 1023');
 $lone->safe_psql($db, 'UPDATE pg_dist_local_group SET groupid = 1023');
+is($lone->safe_psql($db, 'SELECT sharded_seq.node_id()'), '1023', 'Citus group 1023 is node 1023');
+$lone->safe_psql($db, 'UPDATE pg_dist_local_group SET groupid = 1024');
 ($rc, $out, $err) = $lone->psql($db, 'SELECT sharded_seq.node_id()');
-like($err, qr/Citus group 1023 has no sharded_seq node id/, 'group 1023 has no node id, and says so');
+like($err, qr/Citus group 1024 has no sharded_seq node id/, 'group 1024 has no node id, and says so');
 
 done_testing();

@@ -632,7 +632,7 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	 * would fail every administrative call of the cluster).
 	 */
 	group = CitusGroup();
-	if (ClusterApplying || group <= 0 || group + 1 > SHARDED_SEQ_MAX_NODE)
+	if (ClusterApplying || group <= 0 || group > SHARDED_SEQ_MAX_NODE)
 		return PointerGetDatum(NULL);
 
 	tup = trigdata->tg_trigtuple;

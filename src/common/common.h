@@ -323,6 +323,7 @@ extern bool RegistryPrefetchNews(void);
 
 /* node.c: node ids for several primaries, and their claims */
 extern int32 SessionNodeId(void);
+extern bool NodeRanged(int32 node);
 
 extern void NodeIdForget(void);
 extern int32 NextObjectId(void);

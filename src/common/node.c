@@ -65,8 +65,9 @@ static uint64 ClaimEpoch = 0;	/* ... under this ConfigEpoch */
 
 /*
  * This session's first use: its node id from now on (SessionNodeId).  In a
- * Citus cluster, Citus group g is node g + 1 (node 0 is a single node, with
- * no range of its own), whatever the setting, which may only agree.
+ * Citus cluster, Citus group g is node g, whatever the setting, which may
+ * only agree: the coordinator, group 0, is node 0, whose values are then
+ * held to a range like any node's (NodeRanged).
  */
 static int32
 SessionNodeFirstUse(void)
@@ -75,21 +76,23 @@ SessionNodeFirstUse(void)
 
 	if (group < 0)
 		SessionNode = NodeIdSetting;
-	else if (group + 1 > SHARDED_SEQ_MAX_NODE)
+	else if (group > SHARDED_SEQ_MAX_NODE)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("Citus group %d has no sharded_seq node id", group),
-				 errdetail("Citus group g is node id g + 1, and node ids end at %d; Citus never gives a group id twice, so the groups past %d can draw no sequence value and write no counter row.",
-						   SHARDED_SEQ_MAX_NODE, SHARDED_SEQ_MAX_NODE - 1),
+				 errdetail("Citus group g is node id g, and node ids end at %d; Citus never gives a group id twice, so the groups past it can draw no sequence value and write no counter row.",
+						   SHARDED_SEQ_MAX_NODE),
 				 errhint("Draw values and increment counters on the coordinator or on a worker of a lower group.")));
-	else if (NodeIdSetting != 0 && NodeIdSetting != group + 1)
+	else if (NodeIdSetting != 0 && NodeIdSetting != group)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("sharded_seq.node_id is %d, but this node is Citus group %d, node id %d", NodeIdSetting, group, group + 1),
-				 errdetail("In a Citus cluster each node takes its node id from its Citus group (g + 1), so that no two nodes draw one value."),
-				 errhint("Remove the setting (ALTER SYSTEM RESET sharded_seq.node_id; SELECT pg_reload_conf(); then reconnect), or set it to %d.", group + 1)));
+				 errmsg("sharded_seq.node_id is %d, but this node is Citus group %d", NodeIdSetting, group),
+				 errdetail("In a Citus cluster each node's node id is its Citus group, so that no two nodes draw one value."),
+				 group == 0 ?
+				 errhint("Remove the setting (ALTER SYSTEM RESET sharded_seq.node_id; SELECT pg_reload_conf(); then reconnect).") :
+				 errhint("Remove the setting (ALTER SYSTEM RESET sharded_seq.node_id; SELECT pg_reload_conf(); then reconnect), or set it to %d.", group)));
 	else
-		SessionNode = group + 1;
+		SessionNode = group;
 	return SessionNode;
 }
 
@@ -106,14 +109,24 @@ SessionNodeId(void)
 
 	if (SessionNode < 0)
 		return SessionNodeFirstUse();
-	if ((group = CitusGroup()) >= 0 && SessionNode != group + 1)
+	if ((group = CitusGroup()) >= 0 && SessionNode != group)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("this session took node id %d, but this node is now Citus group %d, node id %d",
-						SessionNode, group, group + 1),
+				 errmsg("this session took node id %d, but this node is now Citus group %d", SessionNode, group),
 				 errdetail("The session began before this node joined the Citus cluster; its values could repeat another node's."),
 				 errhint("Reconnect: a new session takes its node id from the Citus group.")));
 	return SessionNode;
+}
+
+/*
+ * Whether node's values are held to its range: every node but 0, and node
+ * 0 too in a Citus cluster (the coordinator), where the workers' ranges
+ * begin at 2^53.  A single server's node 0 hands out the whole bigint range.
+ */
+bool
+NodeRanged(int32 node)
+{
+	return node > 0 || CitusGroup() >= 0;
 }
 
 /*
@@ -128,7 +141,7 @@ NodeIdForget(void)
 	ClaimVerified = false;
 }
 
-/* The lowest and highest value node hands out (node > 0). */
+/* The lowest and highest value node hands out (NodeRanged). */
 static void
 NodeRange(int32 node, int64 *lo, int64 *hi)
 {
@@ -394,7 +407,7 @@ NodeLocalMax(void)
 	int64		lo;
 	int64		hi;
 
-	if (node == 0)
+	if (!NodeRanged(node))
 		return PG_INT64_MAX;
 	NodeRange(node, &lo, &hi);
 	return hi - lo;
@@ -411,7 +424,7 @@ SequenceNodeValue(int64 local, const char *seqname)
 	int64		lo;
 	int64		hi;
 
-	if (node == 0)
+	if (!NodeRanged(node))
 		return local;
 	NodeRange(node, &lo, &hi);
 	if (local >= 0 && local <= hi - lo)
@@ -446,7 +459,7 @@ SequenceNodeLocal(int64 value, bool above, const char *seqname, const char *what
 	int64		lo;
 	int64		hi;
 
-	if (node == 0)
+	if (!NodeRanged(node))
 		return above ? value + 1 : value;	/* callers refuse PG_INT64_MAX */
 	NodeRange(node, &lo, &hi);
 	/*
@@ -484,7 +497,7 @@ node_value(PG_FUNCTION_ARGS)
 	int64		lo;
 	int64		hi;
 
-	if (node == 0)
+	if (!NodeRanged(node))
 		PG_RETURN_INT64(local);
 	NodeRange(node, &lo, &hi);
 	if (local < 0 || local > hi - lo)

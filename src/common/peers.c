@@ -146,7 +146,7 @@ OtherNodes(int32 own_group, int *n)
 	args[0] = Int32GetDatum(own_group);
 	args[1] = DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(ctx.caller, false)));
 	/* a node past the last node id has no counter rows, and would refuse to answer */
-	args[2] = Int32GetDatum(CitusGroupMaxWithNode);
+	args[2] = Int32GetDatum(SHARDED_SEQ_MAX_NODE);
 	if (SPI_execute_with_args("SELECT n.nodeid, n.nodename, n.nodeport,"
 							  "       (SELECT a.authinfo FROM pg_catalog.pg_dist_authinfo a"
 							  "         WHERE a.nodeid OPERATOR(pg_catalog.=) ANY (ARRAY[n.nodeid, 0])"

@@ -324,7 +324,7 @@ set_counter(PG_FUNCTION_ARGS)
 				 errmsg("sharded_seq.set_counter() needs isolation level read committed"),
 				 errdetail("A transaction snapshot would not see shard rows added by commits after it, and the total would miss them."),
 				 errhint("Call it in a read committed transaction (the default).")));
-	if (SessionNodeId() > 0 && CitusGroup() >= 0)
+	if (CitusGroup() >= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot set a counter in a Citus cluster"),

@@ -380,7 +380,7 @@ RefreshCounter(CounterEntry *entry, bool create_missing)
 	LoadCounterConfig(entry);
 	if (!entry->exists && ClusterPull(KIND_COUNTER, entry->cache.name))
 		LoadCounterConfig(entry);
-	if (entry->exists || !create_missing || SessionNodeId() > 0)
+	if (entry->exists || !create_missing || SessionNodeId() > 0 || CitusGroup() >= 0)
 		return;
 	PreventCommandIfReadOnly("counter_incr()");
 	BeginAsOwner(&ctx);

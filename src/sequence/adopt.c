@@ -210,6 +210,12 @@ BeginColumnChange(FunctionCallInfo fcinfo, const char *function, ColumnFacts *f)
 						IsolationIsSerializable() ? "serializable" : "repeatable read"),
 				 errdetail("It must see the rows committed while it waited for the table's lock."),
 				 errhint("Run it in a READ COMMITTED transaction.")));
+	if (CitusGroup() >= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s does not work in a Citus cluster", function),
+				 errdetail("It would make a sequence on this node alone, and change a table that Citus keeps on every node."),
+				 errhint("Create the sequence on the coordinator (sharded_seq.create_sequence, with advance_sequence past the ids in use), then ALTER TABLE ... ALTER COLUMN ... SET DEFAULT sharded_nextval(...).")));
 	if (SessionNodeId() != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

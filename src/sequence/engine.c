@@ -884,7 +884,7 @@ sharded_nextval(PG_FUNCTION_ARGS)
 
 	/* the node's value first: one outside its range is refused, not used up */
 	local = entry->next;
-	value = node == 0 ? local : SequenceNodeValue(local, entry->cache.name);
+	value = !NodeRanged(node) ? local : SequenceNodeValue(local, entry->cache.name);
 	if (local == entry->block_end)
 		entry->have_block = false;
 	else
@@ -894,7 +894,7 @@ sharded_nextval(PG_FUNCTION_ARGS)
 
 hand_out:
 	/* a node cache value: one outside the node's range is refused, and a gap */
-	value = node == 0 ? local : SequenceNodeValue(local, entry->cache.name);
+	value = !NodeRanged(node) ? local : SequenceNodeValue(local, entry->cache.name);
 
 done:
 	entry->last = local;
