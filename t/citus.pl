@@ -134,15 +134,27 @@ like($err, qr/administration runs on the Citus coordinator.*\n.*group 1.*\n.*HIN
 ok($rc != 0 && $w[0]->safe_psql($db, "SELECT block FROM sharded_seq.sequence_config WHERE name = 'orders_id'") == 100,
 	'a refused change on a worker leaves its definition as it was');
 
-# a node that fails the call fails the coordinator's transaction: a counter
-# made by hand on worker 2 (bypassing the refusal) clashes with a creation
+# a node that fails the call fails the coordinator's transaction: a role
+# that Citus did not create on the workers
+$c->safe_psql($db,
+	'SET citus.enable_create_role_propagation = off; CREATE ROLE carol');
+my $acl = "SELECT acl FROM sharded_seq.sequence_config WHERE name = 'orders_id'";
+my $acl_before = $c->safe_psql($db, $acl);
+($rc, $out, $err) = $c->psql($db, "SELECT sharded_seq.grant_sequence('orders_id', 'carol')");
+like($err, qr/role "carol" does not exist/, 'a call that fails on a worker fails on the coordinator');
+is(join(' ', map { $_->safe_psql($db, $acl) } $c, @w), join(' ', ($acl_before) x 3),
+	'... and changes nothing on any node');
+
+# a counter a worker has already (made there before it joined, here by
+# hand) is kept when the coordinator creates one of that name
 $w[1]->safe_psql($db,
 	"INSERT INTO sharded_seq.counter_config (id, name, shards, mode, owner) VALUES (99999, 'clash', 1, 'exact', 'postgres')");
 ($rc, $out, $err) = $c->psql($db, "SELECT sharded_seq.create_counter('clash')");
-like($err, qr/counter "clash" already exists/, 'a creation that fails on one worker fails on the coordinator');
-is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM sharded_seq.counter_config WHERE name = 'clash'") } $c, $w[0]),
-	'0,0', '... and is rolled back on every other node');
-$w[1]->safe_psql($db, "DELETE FROM sharded_seq.counter_config WHERE name = 'clash'");
+like($err, qr/counter "clash" exists on this node already \(Citus group 2\): it is kept/,
+	"a creation that meets a worker's own object of that name keeps it, and says so");
+is(join(',', map { $_->safe_psql($db, "SELECT count(*) FROM sharded_seq.counter_config WHERE name = 'clash'") } $c, @w)
+	  . ' ' . $w[1]->safe_psql($db, "SELECT id FROM sharded_seq.counter_config WHERE name = 'clash'"),
+	'1,1,1 99999', '... and every other node has it');
 
 # ---- sharded_nextval wherever Citus evaluates it
 $c->safe_psql(
@@ -331,7 +343,18 @@ is($w3->safe_psql($db, "SELECT sharded_nextval('after_add') >> 53"), '3', '... a
 # arrives while the replay is uncommitted waits for it, and is not skipped
 $c->safe_psql($db, "SELECT sharded_seq.create_sequence('race', block => 10); SELECT sharded_seq.grant_sequence('race', 'alice')");
 my $w4 = citus_node('worker4');
+# before it joins, the fourth worker draws from a sequence of its own, with
+# its future group as its node id set by hand (the workaround before 1.6)
+my $group4 = $c->safe_psql($db,
+	'SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM pg_catalog.pg_dist_groupid_seq');
+$w4->append_conf('postgresql.conf', "sharded_seq.node_id = $group4\n");
+$w4->reload;
+$w4->safe_psql($db, "CREATE EXTENSION sharded_seq; SELECT sharded_seq.create_sequence('legacy', block => 10)");
+my $legacy_max = $w4->safe_psql($db, "SELECT max(sharded_nextval('legacy')) FROM generate_series(1, 25)");
 add_node($c, $w4);
+$c->safe_psql($db, "SELECT sharded_seq.create_sequence('legacy', block => 10)");
+is($w4->safe_psql($db, "SELECT sharded_nextval('legacy') > $legacy_max AND sharded_nextval('legacy') >> 53 = $group4"),
+	't', "a worker's own sequence, met by the coordinator's creation, goes on above what it drew (S1)");
 # an administrative call gives the new worker its copy of cluster_calls
 $c->safe_psql($db, "SELECT sharded_seq.create_sequence('placed')");
 my $puller = $w4->background_psql($db);

@@ -598,8 +598,9 @@ ClusterPull(ObjectKind kind, const char *name)
 
 /*
  * AFTER INSERT on each placement of cluster_calls: run the call on this
- * node.  A creation of an object this node has already (made here by hand)
- * fails, and with it the coordinator's transaction.  A change or a drop of
+ * node.  An object this node has already when its creation arrives (made
+ * here before the node joined, as the workaround of setting node ids by
+ * hand did) is kept: its positions go on, so none of its values comes back.  A change or a drop of
  * an object this node does not have yet is left to the replay at its first
  * use (ClusterPull): Citus copies a placement to a new node without firing
  * triggers.
@@ -617,6 +618,7 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	char	   *name;
 	char	   *op;
 	bool		node_call;
+	bool		here;
 	int32		group;
 	OwnerContext ctx;
 
@@ -646,7 +648,13 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	BeginAsOwner(&ctx);
 	if (!node_call)
 		ClusterPullLock();
-	if (node_call || strcmp(op, "create") == 0 || ObjectHere(kind, name))
+	here = !node_call && ObjectHere(kind, name);
+	if (strcmp(op, "create") == 0 && here)
+		ereport(NOTICE,
+				(errmsg("%s \"%s\" exists on this node already (Citus group %d): it is kept, with its positions and rows",
+						kind == KIND_SEQUENCE ? "sharded sequence" : "counter", name, group),
+				 errdetail("It was made here before this node joined the cluster; the coordinator's later changes apply to it.")));
+	else if (node_call || strcmp(op, "create") == 0 || here)
 		ApplyCall(NameStr(*DatumGetName(heap_getattr(tup, Anum_call_made_by, desc, &isnull))),
 				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)));
 	EndAsOwner(&ctx);
