@@ -6,8 +6,9 @@
 \echo Use "ALTER EXTENSION sharded_seq UPDATE TO '1.6'" to load this file. \quit
 
 -- Every administrative call made on the coordinator of a Citus cluster, one
--- row per call, for each object that exists (kind 'node': a call about one
--- node, such as move_node_counts's, deleted in the transaction that made it).  The coordinator's first
+-- row per call, for each object that exists; of a dropped object, its drop
+-- alone (kind 'node': a call about one node, such as move_node_counts's,
+-- deleted in the transaction that made it).  The coordinator's first
 -- administrative call in a cluster makes it a Citus reference table: a row
 -- reaches every node in the coordinator's transaction, and the trigger below
 -- runs its call there.  A node with no copy yet replays an object's rows at
@@ -32,6 +33,23 @@ LANGUAGE C
 AS 'MODULE_PATHNAME', 'cluster_call_arrived';
 REVOKE ALL ON FUNCTION sharded_seq.cluster_call_arrived() FROM PUBLIC;
 COMMENT ON FUNCTION sharded_seq.cluster_call_arrived() IS 'trigger: runs a call from the Citus coordinator on this node';
+
+-- On the coordinator: carry every definition to every node now (otherwise
+-- the first administrative call does, or a worker's first use asks for it).
+CREATE FUNCTION sharded_seq.cluster_setup()
+RETURNS void
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'cluster_setup';
+COMMENT ON FUNCTION sharded_seq.cluster_setup() IS 'Citus: on the coordinator, carry every definition to every node now';
+
+-- On a worker that missed calls (disabled, then activated again): make its
+-- definitions the coordinator's.
+CREATE FUNCTION sharded_seq.cluster_sync()
+RETURNS integer
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'cluster_sync';
+REVOKE ALL ON FUNCTION sharded_seq.cluster_sync() FROM PUBLIC;
+COMMENT ON FUNCTION sharded_seq.cluster_sync() IS 'Citus: on a worker that missed the coordinator''s calls, make its definitions the coordinator''s';
 
 CREATE TRIGGER cluster_call_arrived
     AFTER INSERT ON sharded_seq.cluster_calls

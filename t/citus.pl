@@ -427,6 +427,35 @@ is($w[1]->safe_psql($db, "SELECT sharded_nextval('after_remove') >> 53"), '2',
 	'administration goes on after a worker left');
 is($c->safe_psql($db, 'SELECT count(*) = count(DISTINCT id) FROM orders'), 't', 'ids stayed distinct');
 
+# ---- a worker that missed calls while disabled (the fourth: it holds no
+# shard, so Citus lets it be disabled)
+$c->safe_psql($db, "SELECT sharded_seq.create_sequence('short2'); SELECT sharded_seq.grant_sequence('short2', 'alice')");
+is($w4->safe_psql($db, "SET ROLE alice; SELECT sharded_nextval('short2') >> 53"), $group4, 'the fourth worker has a sequence');
+$c->safe_psql($db, "SELECT citus_disable_node('" . $w4->host . "', " . $w4->port . ', synchronous => true)');
+$c->safe_psql($db,
+	"SELECT sharded_seq.revoke_sequence('orders_id', 'alice'); SELECT sharded_seq.drop_sequence('short2'); SELECT sharded_seq.alter_sequence('orders_id', block => 150)");
+$c->safe_psql($db, "SELECT citus_activate_node('" . $w4->host . "', " . $w4->port . ')');
+my $state = q{SELECT string_agg(name || ' ' || block || ' ' || acl::text, '; ' ORDER BY name) FROM sharded_seq.sequence_config};
+isnt($w4->safe_psql($db, $state), $c->safe_psql($db, $state), 'a worker activated again has missed the calls made meanwhile');
+ok($w4->safe_psql($db, 'SELECT sharded_seq.cluster_sync()') > 0, 'cluster_sync() on it applies them');
+is($w4->safe_psql($db, $state), $c->safe_psql($db, $state), '... its definitions are the coordinator\'s again (revoke, drop, alter)');
+($rc, $out, $err) = $w4->psql($db, "SET ROLE alice; SELECT sharded_nextval('orders_id')");
+like($err, qr/permission denied/, '... and the revoked role is refused there');
+
+# ---- objects made before the cluster formed reach a worker at its first use
+my $c2 = citus_node('coordinator2');
+my $c2w = citus_node('worker2_1');
+$c2->safe_psql($db,
+	"CREATE EXTENSION sharded_seq; SELECT sharded_seq.create_sequence('pre'); SELECT sharded_seq.create_counter('precnt'); SELECT counter_incr('precnt', 5)");
+$c2->safe_psql($db, "SELECT citus_set_coordinator_host('" . $c2->host . "', " . $c2->port . ')');
+add_node($c2, $c2w);
+is($c2->safe_psql($db, "SELECT counter_value('precnt')"), '5',
+	'a counter made before the cluster formed: the coordinator reads its total over the nodes');
+is($c2w->safe_psql($db, "SELECT sharded_nextval('pre') >> 53"), '1',
+	'a sequence made before the cluster formed draws on a worker, before any administrative call');
+$c2->stop;
+$c2w->stop;
+
 # ---- node ids end at 1023: group 1023 is the last with one
 my $lone = citus_node('lone');
 $lone->safe_psql($db,

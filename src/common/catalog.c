@@ -232,6 +232,13 @@ NodeClaimsStored(void)
 	return OidIsValid(get_relname_relid("node_claims", ConfigNamespace()));
 }
 
+/* Can administration reach every node of a Citus cluster (schema 1.6)? */
+bool
+ClusterCallsStored(void)
+{
+	return OidIsValid(get_relname_relid("cluster_calls", ConfigNamespace()));
+}
+
 /* Does sequence_config have the cache column (schema 1.5)? */
 bool
 NodeCacheStored(void)

@@ -180,6 +180,15 @@ RunSql(const char *sql, int nargs, Oid *types, Datum *args, int expected)
 	return SPI_processed;
 }
 
+/* Whether cluster_calls is a Citus table already (SPI connected). */
+static bool
+ClusterCallsDistributed(void)
+{
+	return RunSql("SELECT 1 FROM pg_catalog.pg_dist_partition"
+				  " WHERE logicalrelid OPERATOR(pg_catalog.=) 'sharded_seq.cluster_calls'::pg_catalog.regclass",
+				  0, NULL, NULL, SPI_OK_SELECT) > 0;
+}
+
 /*
  * Make cluster_calls a reference table, the first time, with a row for the
  * creation and the grants of every object that exists already; then make
@@ -197,10 +206,7 @@ ClusterCallsReady(void)
 	/* Citus refuses a reference table with triggers without this */
 	(void) set_config_option("citus.enable_unsafe_triggers", "on",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	RunSql("SELECT 1 FROM pg_catalog.pg_dist_partition"
-		   " WHERE logicalrelid OPERATOR(pg_catalog.=) 'sharded_seq.cluster_calls'::pg_catalog.regclass",
-		   0, NULL, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (!ClusterCallsDistributed())
 	{
 		/*
 		 * Empty first: Citus copies rows to a placement without firing
@@ -267,10 +273,11 @@ ClusterCallsReady(void)
 static void
 ClusterRecordCall(const char *kind, const char *name, const char *op, const char *call)
 {
-	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, NAMEOID, TEXTOID};
-	Datum		args[5];
+	Oid			types[6] = {TEXTOID, TEXTOID, TEXTOID, NAMEOID, TEXTOID, INT4OID};
+	Datum		args[6];
 	OwnerContext ctx;
 	bool		kept = strcmp(kind, "node") != 0;
+	bool		isnull;
 
 	BeginAsOwner(&ctx);
 	/* a table seeded now holds this object's definition already */
@@ -281,15 +288,29 @@ ClusterRecordCall(const char *kind, const char *name, const char *op, const char
 		args[2] = CStringGetTextDatum(op);
 		args[3] = DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(ctx.caller, false)));
 		args[4] = CStringGetTextDatum(call);
-		RunSql("INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)"
-			   " SELECT $1, $2, COALESCE(pg_catalog.max(n), 0) OPERATOR(pg_catalog.+) 1, $3, $4, $5"
-			   "   FROM sharded_seq.cluster_calls"
-			   "  WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
-			   5, types, args, SPI_OK_INSERT);
-		if (strcmp(op, "drop") == 0 || !kept)
+		/* a name made again starts a new history: its drop is not kept */
+		if (strcmp(op, "create") == 0)
 			RunSql("DELETE FROM sharded_seq.cluster_calls"
 				   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
 				   2, types, args, SPI_OK_DELETE);
+		/* n read first, then written as a constant: every copy gets the same row */
+		RunSql("SELECT COALESCE(pg_catalog.max(n), 0) OPERATOR(pg_catalog.+) 1 FROM sharded_seq.cluster_calls"
+			   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
+			   2, types, args, SPI_OK_SELECT);
+		args[5] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		RunSql("INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)"
+			   " VALUES ($1, $2, $6, $3, $4, $5)",
+			   6, types, args, SPI_OK_INSERT);
+		/*
+		 * A drop keeps only itself, so that a node that missed it (disabled
+		 * meanwhile) drops the object at its cluster_sync(); a call about a
+		 * node is not kept.
+		 */
+		if (strcmp(op, "drop") == 0 || !kept)
+			RunSql("DELETE FROM sharded_seq.cluster_calls"
+				   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2"
+				   "   AND (n OPERATOR(pg_catalog.<) $6 OR $3 OPERATOR(pg_catalog.<>) 'drop')",
+				   6, types, args, SPI_OK_DELETE);
 	}
 	EndAsOwner(&ctx);
 }
@@ -323,6 +344,12 @@ ClusterAdminRecord(FunctionCallInfo fcinfo, ObjectKind kind, const char *op)
 	ClusterRefuseOnWorker("sharded_seq administration");
 	if (ClusterApplying || CitusGroup() != 0)
 		return;
+	if (!ClusterCallsStored())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sharded_seq administration in a Citus cluster needs version 1.6 of the extension's schema"),
+				 errdetail("Without sharded_seq.cluster_calls a change made on the coordinator would reach no worker."),
+				 errhint("Run ALTER EXTENSION sharded_seq UPDATE on the coordinator: Citus carries it to every node.")));
 	ClusterRecordCall(KIND_TEXT(kind), TextDatumGetCString(PG_GETARG_DATUM(0)), op,
 					  CallText(fcinfo));
 }
@@ -540,16 +567,21 @@ ClusterPullLock(void)
 					   ExclusiveLock);
 }
 
-/* Replay every call of kind's object name, in order (SPI connected).  Returns how many. */
+/*
+ * Replay the calls of kind's object name, in order (SPI connected): every
+ * one, or (ops "change") its changes only.  Returns how many.
+ */
 static uint64
-ReplayObject(ObjectKind kind, const char *name)
+ReplayObject(ObjectKind kind, const char *name, const char *ops)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		args[2] = {CStringGetTextDatum(KIND_TEXT(kind)), CStringGetTextDatum(name)};
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[3] = {CStringGetTextDatum(KIND_TEXT(kind)), CStringGetTextDatum(name),
+						   CStringGetTextDatum(ops ? ops : "")};
 	SPITupleTable *calls;
 	uint64		n = RunSql("SELECT made_by::pg_catalog.text, call FROM sharded_seq.cluster_calls"
 						   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2"
-						   " ORDER BY n", 2, types, args, SPI_OK_SELECT);
+						   "   AND ($3 OPERATOR(pg_catalog.=) '' OR op OPERATOR(pg_catalog.=) $3)"
+						   " ORDER BY n", 3, types, args, SPI_OK_SELECT);
 
 	calls = SPI_tuptable;
 	for (uint64 i = 0; i < n; i++)
@@ -572,12 +604,28 @@ ClusterPull(ObjectKind kind, const char *name)
 	uint64		n;
 	bool		pulled;
 
-	if (ClusterApplying || CitusGroup() <= 0)
+	if (ClusterApplying || CitusGroup() <= 0 || !ClusterCallsStored())
 		return false;
 	BeginAsOwner(&ctx);
+	/*
+	 * Objects the coordinator had before the cluster formed reach the nodes
+	 * once it makes cluster_calls a reference table: ask it to, now.  Not
+	 * under the lock below, which the calls that then arrive here take.
+	 */
+	if (!ClusterCallsDistributed())
+	{
+		RunSql("SELECT pg_catalog.run_command_on_coordinator('SELECT sharded_seq.cluster_setup()')",
+			   0, NULL, NULL, SPI_OK_SELECT);
+		if (!ClusterCallsDistributed())
+		{
+			EndAsOwner(&ctx);
+			return false;
+		}
+	}
 	ClusterPullLock();
 	/* Citus joins no local table with a reference table placed elsewhere: two steps */
-	n = RunSql("SELECT DISTINCT kind, name FROM sharded_seq.cluster_calls ORDER BY 1, 2",
+	n = RunSql("SELECT DISTINCT kind, name FROM sharded_seq.cluster_calls"
+			   " WHERE op OPERATOR(pg_catalog.<>) 'drop' ORDER BY 1, 2",
 			   0, NULL, NULL, SPI_OK_SELECT);
 	objects = SPI_tuptable;
 	for (uint64 i = 0; i < n; i++)
@@ -588,7 +636,7 @@ ClusterPull(ObjectKind kind, const char *name)
 
 		if (ObjectHere(k, object))
 			continue;
-		ReplayObject(k, object);
+		ReplayObject(k, object, NULL);
 	}
 	/* replayed now, or by a session this one waited for */
 	pulled = ObjectHere(kind, name);
@@ -659,4 +707,86 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)));
 	EndAsOwner(&ctx);
 	return PointerGetDatum(NULL);
+}
+
+/*
+ * cluster_setup(): on the coordinator of a Citus cluster, make
+ * cluster_calls a reference table holding every definition (at the first
+ * administrative call otherwise; a worker asks for it at its first use),
+ * and give every node a copy of it.
+ */
+PG_FUNCTION_INFO_V1(cluster_setup);
+Datum
+cluster_setup(PG_FUNCTION_ARGS)
+{
+	OwnerContext ctx;
+
+	if (CitusGroup() != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sharded_seq.cluster_setup() runs on the coordinator of a Citus cluster"),
+				 errhint("Connect to the coordinator (Citus group 0).")));
+	PreventCommandIfReadOnly("sharded_seq.cluster_setup()");
+	BeginAsOwner(&ctx);
+	(void) ClusterCallsReady();
+	EndAsOwner(&ctx);
+	PG_RETURN_VOID();
+}
+
+/*
+ * cluster_sync(): on a worker, make this node's definitions the
+ * coordinator's: create what it lacks, apply again every change of what it
+ * has (grants and revokes in order, alters), drop what the coordinator
+ * dropped.  For a node that missed calls: one disabled (citus_disable_node)
+ * and activated again.  Returns how many objects it touched.
+ */
+PG_FUNCTION_INFO_V1(cluster_sync);
+Datum
+cluster_sync(PG_FUNCTION_ARGS)
+{
+	OwnerContext ctx;
+	SPITupleTable *objects;
+	int32		group = CitusGroup();
+	uint64		n;
+	int32		touched = 0;
+
+	if (group <= 0 || group > SHARDED_SEQ_MAX_NODE)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sharded_seq.cluster_sync() runs on a worker of a Citus cluster"),
+				 errhint("Connect to the worker that missed the coordinator's calls.")));
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for sharded_seq.cluster_sync()"),
+				 errhint("It replays every role's calls: run it as a superuser.")));
+	PreventCommandIfReadOnly("sharded_seq.cluster_sync()");
+	BeginAsOwner(&ctx);
+	ClusterPullLock();
+	/* each object's last op: 'drop' for one the coordinator dropped */
+	n = RunSql("SELECT DISTINCT ON (kind, name) kind, name, op FROM sharded_seq.cluster_calls"
+			   " WHERE kind OPERATOR(pg_catalog.<>) 'node'"
+			   " ORDER BY kind, name, n DESC",
+			   0, NULL, NULL, SPI_OK_SELECT);
+	objects = SPI_tuptable;
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *kind_text = SPI_getvalue(objects->vals[i], objects->tupdesc, 1);
+		char	   *object = SPI_getvalue(objects->vals[i], objects->tupdesc, 2);
+		bool		dropped = strcmp(SPI_getvalue(objects->vals[i], objects->tupdesc, 3), "drop") == 0;
+		ObjectKind	k = strcmp(kind_text, "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER;
+		bool		here = ObjectHere(k, object);
+
+		if (dropped && here)
+			ReplayObject(k, object, "drop");
+		else if (!dropped && !here)
+			ReplayObject(k, object, NULL);
+		else if (!dropped)
+			ReplayObject(k, object, "change");
+		else
+			continue;
+		touched++;
+	}
+	EndAsOwner(&ctx);
+	PG_RETURN_INT32(touched);
 }

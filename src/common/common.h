@@ -101,6 +101,7 @@ extern bool ShardLayoutsStored(void);
 extern bool AdaptiveCountersStored(void);
 extern bool WriteBehindModesSplit(void);
 extern bool NodeClaimsStored(void);
+extern bool ClusterCallsStored(void);
 extern bool NodeCacheStored(void);
 extern bool CounterSetsStored(void);
 extern bool ChangesShardTable(Node *stmt);
