@@ -442,6 +442,12 @@ is($w4->safe_psql($db, $state), $c->safe_psql($db, $state), '... its definitions
 ($rc, $out, $err) = $w4->psql($db, "SET ROLE alice; SELECT sharded_nextval('orders_id')");
 like($err, qr/permission denied/, '... and the revoked role is refused there');
 
+# ---- a role renamed: the calls it made name it by its new name everywhere
+$c->safe_psql($db, "CREATE ROLE dave; SET ROLE dave; SELECT sharded_seq.create_sequence('daves')");
+$c->safe_psql($db, 'ALTER ROLE dave RENAME TO dave2');
+is(join(' ', map { $_->safe_psql($db, "SELECT string_agg(DISTINCT made_by, ',') FROM sharded_seq.cluster_calls WHERE name = 'daves'") } $c, $w[0]),
+	'dave2 dave2', "a renamed role's calls carry its new name, so that a node replaying them finds it");
+
 # ---- objects made before the cluster formed reach a worker at its first use
 my $c2 = citus_node('coordinator2');
 my $c2w = citus_node('worker2_1');

@@ -530,7 +530,7 @@ ApplyCall(const char *made_by, const char *call)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("role \"%s\" of a sharded_seq call from the coordinator does not exist on this node", made_by),
 				 errdetail("The call: %s", call),
-				 errhint("Create the role with Citus's role propagation on (citus.enable_create_role_propagation), or on this node by hand.")));
+				 errhint("Create the role with Citus's role propagation on (citus.enable_create_role_propagation). A role renamed in another database: on the coordinator, UPDATE sharded_seq.cluster_calls SET made_by = 'new name' WHERE made_by = '%s'.", made_by)));
 	GetUserIdAndSecContext(&saved_user, &saved_context);
 	SetUserIdAndSecContext(role, saved_context | SECURITY_LOCAL_USERID_CHANGE);
 	nest = NewGUCNestLevel();
@@ -789,4 +789,30 @@ cluster_sync(PG_FUNCTION_ARGS)
 	}
 	EndAsOwner(&ctx);
 	PG_RETURN_INT32(touched);
+}
+
+/*
+ * On the coordinator, after ALTER ROLE ... RENAME: the calls the role made
+ * name it by its new name, in this transaction (Citus renames it on every
+ * node in the same one), so that a node that replays them finds it.  This
+ * database only: another database's calls keep the old name.
+ */
+void
+ClusterRoleRenamed(const char *oldname, const char *newname)
+{
+	Oid			types[2] = {NAMEOID, NAMEOID};
+	Datum		args[2];
+	OwnerContext ctx;
+
+	if (CitusGroup() != 0 || !OidIsValid(get_extension_oid("sharded_seq", true)) ||
+		!ClusterCallsStored())
+		return;
+	args[0] = DirectFunctionCall1(namein, CStringGetDatum(oldname));
+	args[1] = DirectFunctionCall1(namein, CStringGetDatum(newname));
+	BeginAsOwner(&ctx);
+	if (ClusterCallsDistributed())
+		RunSql("UPDATE sharded_seq.cluster_calls SET made_by = $2"
+			   " WHERE made_by OPERATOR(pg_catalog.=) $1",
+			   2, types, args, SPI_OK_UPDATE);
+	EndAsOwner(&ctx);
 }

@@ -123,6 +123,7 @@ extern int32 ClusterWorkerGroup(const char *name, int32 port);
 extern char *ClusterQueryGroup(int32 group, const char *command);
 extern bool ClusterPull(ObjectKind kind, const char *name);
 extern bool ClusterWritesReplicatedTable(void);
+extern void ClusterRoleRenamed(const char *oldname, const char *newname);
 
 /* peers.c: kept connections to the other nodes of a Citus cluster */
 extern int128 ClusterSumElsewhere(const char *query, const char *arg);

@@ -207,6 +207,10 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		RestoreTriggerModes();
 	if (IsA(stmt, CreatedbStmt))
 		ForgetSharedTotals(get_database_oid(((CreatedbStmt *) stmt)->dbname, true));
+	/* the Citus calls a renamed role made name it by its new name */
+	if (IsA(stmt, RenameStmt) && ((RenameStmt *) stmt)->renameType == OBJECT_ROLE &&
+		IsTransactionState())
+		ClusterRoleRenamed(((RenameStmt *) stmt)->subname, ((RenameStmt *) stmt)->newname);
 }
 
 void
