@@ -315,6 +315,22 @@ like($kept->{stderr}, qr/did not answer|could not send/, 'a read over a broken k
 # (query, not query_safe: the failed read's message may reach stderr late)
 is($kept->query("SELECT counter_value('hits')"), 20 + $committed,
 	'... and works again once it is back, in the same session');
+# a node moved to another address (citus_update_node, as in a failover)
+# keeps its node id: a kept connection to the old address is not the node
+my $moved = ssq_node('moved', start => 0,
+	conf => "shared_preload_libraries = 'sharded_seq'\nsharded_seq.node_id = 2\n");
+$moved->start;
+$moved->safe_psql('postgres', "CREATE DATABASE $db");
+$moved->safe_psql($db, "CREATE EXTENSION sharded_seq; SELECT sharded_seq.create_counter('hits'); SELECT counter_incr('hits', 1000)");
+my $w2id = $c->safe_psql($db, 'SELECT nodeid FROM pg_dist_node WHERE nodeport = ' . $w[1]->port);
+$c->safe_psql($db, "SELECT citus_update_node($w2id, '" . $moved->host . "', " . $moved->port . ')');
+is($kept->query("SELECT counter_value('hits')") . ' ' . $c->safe_psql($db, "SELECT counter_value('hits')"),
+	join(' ', ($committed + 20 - $w[1]->safe_psql($db, "SELECT sharded_seq.counter_node_value('hits')") + 1000) x 2),
+	"a kept connection follows a node to its new address (citus_update_node), and reads the node there");
+$c->safe_psql($db, "SELECT citus_update_node($w2id, '" . $w[1]->host . "', " . $w[1]->port . ')');
+# the nodes' metadata, out of sync since the update to a server without Citus
+$c->safe_psql($db, 'SELECT start_metadata_sync_to_all_nodes()');
+$moved->stop;
 $kept->quit;
 
 ($rc, $out, $err) = $w[0]->psql($db, "SELECT sharded_seq.set_counter('hits', 0)");

@@ -37,6 +37,8 @@ typedef struct Peer
 {
 	int32		nodeid;			/* pg_dist_node.nodeid */
 	Oid			role;
+	char	   *host;			/* where conn goes, in TopMemoryContext */
+	int32		port;
 	PGconn	   *conn;
 } Peer;
 
@@ -100,11 +102,18 @@ PeerFor(PeerNode *node)
 		peer = &Peers[NPeers++];
 		peer->nodeid = node->nodeid;
 		peer->role = role;
+		peer->host = NULL;
 		peer->conn = NULL;
 	}
-	if (peer->conn && PQstatus(peer->conn) == CONNECTION_OK)
+	/* citus_update_node keeps the node id: a connection to the old host is not the node */
+	if (peer->conn && PQstatus(peer->conn) == CONNECTION_OK &&
+		peer->port == node->port && strcmp(peer->host, node->host) == 0)
 		return peer;
 	ClosePeer(peer);
+	if (peer->host)
+		pfree(peer->host);
+	peer->host = MemoryContextStrdup(TopMemoryContext, node->host);
+	peer->port = node->port;
 
 	initStringInfo(&conninfo);
 	AppendConnOption(&conninfo, "host", node->host);
