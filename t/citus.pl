@@ -475,8 +475,34 @@ is($c2->safe_psql($db, "SELECT counter_value('precnt')"), '5',
 	'a counter made before the cluster formed: the coordinator reads its total over the nodes');
 is($c2w->safe_psql($db, "SELECT sharded_nextval('pre') >> 53"), '1',
 	'a sequence made before the cluster formed draws on a worker, before any administrative call');
-$c2->stop;
-$c2w->stop;
+
+# a role dropped after its grant was recorded: a worker added later still
+# takes every definition (the moot grant skipped, with a warning), and
+# totals still read
+$c2->safe_psql($db,
+	"CREATE ROLE erin; SELECT sharded_seq.grant_sequence('pre', 'erin'); SELECT sharded_seq.revoke_sequence('pre', 'erin'); DROP ROLE erin");
+my $c2w2 = citus_node('worker2_2');
+add_node($c2, $c2w2);
+($rc, $out, $err) = $c2w2->psql($db, "SELECT sharded_nextval('pre') >> 53");
+is($out, '2', "a worker added after a role was dropped takes the definitions at its first use");
+like($err, qr/WARNING:  a sharded_seq call from the coordinator was skipped on this node: role "erin" does not exist/,
+	'... skipping the dropped role\'s grant, with a warning');
+is($c2->safe_psql($db, "SELECT counter_value('precnt')"), '5', '... and the total still reads');
+
+# a single server that drew past 2^53 before it became a coordinator: that
+# sequence is not carried to the workers, whose ranges it used
+my $c3 = citus_node('coordinator3');
+my $c3w = citus_node('worker3_1');
+$c3->safe_psql($db,
+	"CREATE EXTENSION sharded_seq; SELECT sharded_seq.create_sequence('big', start => (1::bigint << 53) + 5, shards => 1); SELECT sharded_nextval('big')");
+$c3->safe_psql($db, "SELECT citus_set_coordinator_host('" . $c3->host . "', " . $c3->port . ')');
+add_node($c3, $c3w);
+($rc, $out, $err) = $c3->psql($db, 'SELECT sharded_seq.cluster_setup()');
+like($err, qr/WARNING:  sharded sequences big are not carried to the Citus workers/,
+	'a sequence that drew past 2^53 before the cluster formed is not carried to the workers, with a warning');
+($rc, $out, $err) = $c3w->psql($db, "SELECT sharded_nextval('big')");
+like($err, qr/sharded sequence "big" does not exist/, '... so no worker hands its values out again (S1)');
+$_->stop for $c2, $c2w, $c2w2, $c3, $c3w;
 
 # ---- node ids end at 1023: group 1023 is the last with one
 my $lone = citus_node('lone');

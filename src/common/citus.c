@@ -38,6 +38,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "nodes/parsenodes.h"
 #include "nodes/plannodes.h"
 #include "parser/parsetree.h"
@@ -216,12 +217,29 @@ ClusterCallsReady(void)
 		RunSql("DELETE FROM sharded_seq.cluster_calls", 0, NULL, NULL, SPI_OK_DELETE);
 		RunSql("SELECT pg_catalog.create_reference_table('sharded_seq.cluster_calls')",
 			   0, NULL, NULL, SPI_OK_SELECT);
+
+		/*
+		 * A sequence this server drew past 2^53 before it became the
+		 * coordinator has handed out values of the workers' ranges: carried
+		 * to them, they would hand those out again.  It stays here, where
+		 * it draws no more (the end of node 0's range).
+		 */
+		if (RunSql("SELECT pg_catalog.string_agg(c.name, ', ' ORDER BY c.name) FROM sharded_seq.sequence_config c"
+				   " WHERE sharded_seq.sequence_high_water(c.id) OPERATOR(pg_catalog.>=) (1::pg_catalog.int8 OPERATOR(pg_catalog.<<) 53)"
+				   " HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0",
+				   0, NULL, NULL, SPI_OK_SELECT) > 0)
+			ereport(WARNING,
+					(errmsg("sharded sequences %s are not carried to the Citus workers",
+							SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+					 errdetail("This server handed out their values past 2^53 before it became the coordinator, in the workers' ranges, where the workers would hand them out again."),
+					 errhint("Create new sequences for the cluster (sharded_seq.create_sequence): each node's values start in its own range.")));
 		RunSql("INSERT INTO sharded_seq.cluster_calls (kind, name, n, op, made_by, call)"
 			   " SELECT 'sequence', c.name, 1, 'create', r.rolname,"
 			   "        pg_catalog.format('SELECT sharded_seq.create_sequence(%L, shards => %s, block => %s, tier => %L, cache => %L)',"
 			   "                          c.name, c.shards, c.block, c.tier, c.cache)"
 			   "   FROM sharded_seq.sequence_config c"
 			   "   JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.owner"
+			   "  WHERE COALESCE(sharded_seq.sequence_high_water(c.id), 0) OPERATOR(pg_catalog.<) (1::pg_catalog.int8 OPERATOR(pg_catalog.<<) 53)"
 			   " UNION ALL"
 			   " SELECT 'counter', c.name, 1, 'create', r.rolname,"
 			   "        pg_catalog.format('SELECT sharded_seq.create_counter(%L, shards => %s, mode => %L)',"
@@ -239,12 +257,14 @@ ClusterCallsReady(void)
 			   "                     ELSE gr.rolname::pg_catalog.text END AS grantee,"
 			   "                pg_catalog.lower(a.privilege_type) AS privilege"
 			   "           FROM (SELECT 'sequence' AS kind, name, owner, acl FROM sharded_seq.sequence_config"
+			   "                  WHERE COALESCE(sharded_seq.sequence_high_water(id), 0) OPERATOR(pg_catalog.<) (1::pg_catalog.int8 OPERATOR(pg_catalog.<<) 53)"
 			   "                 UNION ALL"
 			   "                 SELECT 'counter', name, owner, acl FROM sharded_seq.counter_config) k"
 			   "           JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) k.owner"
 			   "          CROSS JOIN LATERAL pg_catalog.aclexplode(k.acl) a"
 			   "           LEFT JOIN pg_catalog.pg_roles gr ON gr.oid OPERATOR(pg_catalog.=) a.grantee"
-			   "          WHERE a.grantee OPERATOR(pg_catalog.<>) k.owner) g",
+			   "          WHERE a.grantee OPERATOR(pg_catalog.<>) k.owner"
+			   "            AND (a.grantee OPERATOR(pg_catalog.=) 0 OR gr.rolname IS NOT NULL)) g",
 			   0, NULL, NULL, SPI_OK_INSERT);
 		seeded = true;
 	}
@@ -518,13 +538,21 @@ ObjectHere(ObjectKind kind, const char *name)
 
 /* Run one call from the coordinator here, as the role that made it. */
 static void
-ApplyCall(const char *made_by, const char *call)
+ApplyCall(const char *made_by, const char *call, bool replay)
 {
 	Oid			role = get_role_oid(made_by, true);
 	Oid			saved_user;
 	int			saved_context;
 	int			nest;
 
+	/* a replay of a dropped role's call: the owner's rights stand in */
+	if (!OidIsValid(role) && replay)
+	{
+		ereport(NOTICE,
+				(errmsg("role \"%s\" of a sharded_seq call from the coordinator no longer exists; the extension's owner runs it", made_by),
+				 errdetail("The call: %s", call)));
+		role = ExtensionOwner();
+	}
 	if (!OidIsValid(role))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -568,6 +596,50 @@ ClusterPullLock(void)
 }
 
 /*
+ * Run a call of a replay.  A change that fails here (a grant to a role
+ * dropped since) is skipped with a warning, in a subtransaction: the grant
+ * is moot, and one such call must not keep the node from every object.
+ */
+static void
+ReplayCall(const char *made_by, const char *call, bool is_change)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	if (!is_change)
+	{
+		ApplyCall(made_by, call, true);
+		return;
+	}
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(outer);
+	PG_TRY();
+	{
+		ApplyCall(made_by, call, true);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(outer);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(outer);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(outer);
+		CurrentResourceOwner = owner;
+		ClusterApplying = false;
+		ereport(WARNING,
+				(errmsg("a sharded_seq call from the coordinator was skipped on this node: %s", edata->message),
+				 errdetail("The call: %s", call)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/*
  * Replay the calls of kind's object name, in order (SPI connected): every
  * one, or (ops "change") its changes only.  Returns how many.
  */
@@ -578,15 +650,16 @@ ReplayObject(ObjectKind kind, const char *name, const char *ops)
 	Datum		args[3] = {CStringGetTextDatum(KIND_TEXT(kind)), CStringGetTextDatum(name),
 						   CStringGetTextDatum(ops ? ops : "")};
 	SPITupleTable *calls;
-	uint64		n = RunSql("SELECT made_by::pg_catalog.text, call FROM sharded_seq.cluster_calls"
+	uint64		n = RunSql("SELECT made_by::pg_catalog.text, call, op FROM sharded_seq.cluster_calls"
 						   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2"
 						   "   AND ($3 OPERATOR(pg_catalog.=) '' OR op OPERATOR(pg_catalog.=) $3)"
 						   " ORDER BY n", 3, types, args, SPI_OK_SELECT);
 
 	calls = SPI_tuptable;
 	for (uint64 i = 0; i < n; i++)
-		ApplyCall(SPI_getvalue(calls->vals[i], calls->tupdesc, 1),
-				  SPI_getvalue(calls->vals[i], calls->tupdesc, 2));
+		ReplayCall(SPI_getvalue(calls->vals[i], calls->tupdesc, 1),
+				   SPI_getvalue(calls->vals[i], calls->tupdesc, 2),
+				   strcmp(SPI_getvalue(calls->vals[i], calls->tupdesc, 3), "change") == 0);
 	return n;
 }
 
@@ -704,7 +777,7 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 				 errdetail("It was made here before this node joined the cluster; the coordinator's later changes apply to it.")));
 	else if (node_call || strcmp(op, "create") == 0 || here)
 		ApplyCall(NameStr(*DatumGetName(heap_getattr(tup, Anum_call_made_by, desc, &isnull))),
-				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)));
+				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)), false);
 	EndAsOwner(&ctx);
 	return PointerGetDatum(NULL);
 }

@@ -29,6 +29,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "common/common.h"
@@ -70,12 +71,67 @@ AppendConnOption(StringInfo buf, const char *key, const char *value)
 	appendStringInfoString(buf, "' ");
 }
 
+/* Close peer's connection; a query still running there is cancelled first. */
 static void
 ClosePeer(Peer *peer)
 {
+	if (peer->conn && PQtransactionStatus(peer->conn) == PQTRANS_ACTIVE)
+	{
+		PGcancel   *cancel = PQgetCancel(peer->conn);
+		char		errbuf[256];
+
+		if (cancel)
+		{
+			(void) PQcancel(cancel, errbuf, sizeof(errbuf));
+			PQfreeCancel(cancel);
+		}
+	}
 	if (peer->conn)
 		PQfinish(peer->conn);
 	peer->conn = NULL;
+}
+
+/*
+ * Open peer's connection, waiting on the latch so that a cancel or a
+ * shutdown ends the wait; gives up after 10 seconds.  The result is in
+ * peer->conn, as PQconnectdb leaves it.
+ */
+static void
+Connect(Peer *peer, const char *conninfo)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 10000);
+	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+
+	peer->conn = PQconnectStart(conninfo);
+	if (peer->conn == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("libpq could not start a connection to another node.")));
+	PG_TRY();
+	{
+		while (PQstatus(peer->conn) != CONNECTION_BAD &&
+			   status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+		{
+			long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+			if (left <= 0)
+				break;
+			(void) WaitLatchOrSocket(MyLatch,
+									 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
+									 (status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE),
+									 PQsocket(peer->conn), left, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			status = PQconnectPoll(peer->conn);
+		}
+	}
+	PG_CATCH();
+	{
+		ClosePeer(peer);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 }
 
 /* This backend's connection to node, opened if need be. */
@@ -127,10 +183,10 @@ PeerFor(PeerNode *node)
 	if (node->authinfo && *node->authinfo)
 		appendStringInfoString(&conninfo, node->authinfo);
 
-	peer->conn = PQconnectdb(conninfo.data);
+	Connect(peer, conninfo.data);
 	if (PQstatus(peer->conn) == CONNECTION_OK)
 		return peer;
-	message = pstrdup(PQerrorMessage(peer->conn));
+	message = pstrdup(*PQerrorMessage(peer->conn) ? PQerrorMessage(peer->conn) : "no answer within 10 seconds");
 	ClosePeer(peer);
 	ereport(ERROR,
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
