@@ -1,20 +1,26 @@
 /*
  * citus.c
- *	  A Citus cluster: which Citus group this node is (node.c turns it into
- *	  the node id), and administration carried from the coordinator to every
- *	  node through sharded_seq.cluster_calls.
+ *	  A Citus cluster: which Citus group this node is (node.c makes it the
+ *	  node id), administration carried from the coordinator to every node
+ *	  through sharded_seq.cluster_calls, calls about one node
+ *	  (move_node_counts), and the check that keeps counter_incr out of
+ *	  writes that Citus repeats on every node.
  *
  * cluster_calls is a Citus reference table, made one by the coordinator's
- * first administrative call in a cluster (ClusterCallsReady).  A row the
- * coordinator writes reaches every node's placement in the same distributed
- * transaction (Citus commits it in two phases), and an AFTER INSERT trigger
- * on each placement runs the row's call there (cluster_call_arrived), as the
- * role that made it.  The coordinator ran the call itself before writing
- * the row, so its own placement skips it.  The table keeps every call of
- * every live object (a drop deletes the object's rows), so a node that has
- * no placement yet, or that got it after a change, replays an object's calls
- * at its first use of the object (ClusterPull).  Live state (shards,
- * reservations, counter rows) is never carried: each node keeps its own.
+ * first administrative call in a cluster, by cluster_setup(), or at a
+ * worker's request at its first use (ClusterCallsReady seeds it with every
+ * definition).  A row the coordinator writes reaches every node's placement
+ * in the same distributed transaction (Citus commits it in two phases), and
+ * an AFTER INSERT trigger on each placement runs the row's call there
+ * (cluster_call_arrived), as the role that made it.  The coordinator ran the
+ * call itself before writing the row, so its own placement skips it.  The
+ * table keeps every call of every live object, and of a dropped one its
+ * drop, so a node that has no placement yet, or got it by a copy (Citus
+ * copies without firing triggers), replays an object's calls at its first
+ * use of it (ClusterPull), and one that missed calls while disabled applies
+ * them in cluster_sync().  Replays and arriving calls take one lock on a
+ * worker (ClusterPullLock).  Live state (shards, reservations, counter
+ * rows) is never carried: each node keeps its own.
  */
 #include "postgres.h"
 
@@ -32,18 +38,18 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "nodes/plannodes.h"
+#include "parser/parsetree.h"
 #include "storage/lmgr.h"
+#include "tcop/pquery.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/portal.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
-#include "nodes/parsenodes.h"
-#include "nodes/plannodes.h"
-#include "parser/parsetree.h"
-#include "tcop/pquery.h"
-#include "utils/portal.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
