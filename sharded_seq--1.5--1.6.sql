@@ -27,6 +27,20 @@ SELECT pg_catalog.pg_extension_config_dump('sharded_seq.cluster_calls', '');
 REVOKE ALL ON sharded_seq.cluster_calls FROM PUBLIC;
 COMMENT ON TABLE sharded_seq.cluster_calls IS 'Citus: the administrative calls made on the coordinator that every node runs, per live object';
 
+-- On a node of a Citus cluster: which creation (the row n of cluster_calls)
+-- each of its sequences and counters was made from, so that
+-- cluster_sync() tells one dropped and made again on the coordinator.
+-- Node-local.
+CREATE TABLE sharded_seq.cluster_made (
+    kind      text NOT NULL,
+    name      text NOT NULL,
+    create_n  integer NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+SELECT pg_catalog.pg_extension_config_dump('sharded_seq.cluster_made', '');
+REVOKE ALL ON sharded_seq.cluster_made FROM PUBLIC;
+COMMENT ON TABLE sharded_seq.cluster_made IS 'Citus: the creation (cluster_calls.n) each object of this node was made from';
+
 CREATE FUNCTION sharded_seq.cluster_call_arrived()
 RETURNS trigger
 LANGUAGE C

@@ -445,11 +445,13 @@ is($c->safe_psql($db, 'SELECT count(*) = count(DISTINCT id) FROM orders'), 't', 
 
 # ---- a worker that missed calls while disabled (the fourth: it holds no
 # shard, so Citus lets it be disabled)
-$c->safe_psql($db, "SELECT sharded_seq.create_sequence('short2'); SELECT sharded_seq.grant_sequence('short2', 'alice')");
+$c->safe_psql($db, "SELECT sharded_seq.create_sequence('short2'); SELECT sharded_seq.grant_sequence('short2', 'alice'); SELECT sharded_seq.create_counter('dc')");
+$w4->safe_psql($db, "SELECT counter_incr('dc', 100)");
 is($w4->safe_psql($db, "SET ROLE alice; SELECT sharded_nextval('short2') >> 53"), $group4, 'the fourth worker has a sequence');
 $c->safe_psql($db, "SELECT citus_disable_node('" . $w4->host . "', " . $w4->port . ', synchronous => true)');
 $c->safe_psql($db,
-	"SELECT sharded_seq.revoke_sequence('orders_id', 'alice'); SELECT sharded_seq.drop_sequence('short2'); SELECT sharded_seq.alter_sequence('orders_id', block => 150)");
+	"SELECT sharded_seq.revoke_sequence('orders_id', 'alice'); SELECT sharded_seq.drop_sequence('short2'); SELECT sharded_seq.alter_sequence('orders_id', block => 150);"
+	  . " SELECT sharded_seq.drop_counter('dc'); SELECT sharded_seq.create_counter('dc', mode => 'buffered')");
 $c->safe_psql($db, "SELECT citus_activate_node('" . $w4->host . "', " . $w4->port . ')');
 my $state = q{SELECT string_agg(name || ' ' || block || ' ' || acl::text, '; ' ORDER BY name) FROM sharded_seq.sequence_config};
 isnt($w4->safe_psql($db, $state), $c->safe_psql($db, $state), 'a worker activated again has missed the calls made meanwhile');
@@ -457,6 +459,9 @@ ok($w4->safe_psql($db, 'SELECT sharded_seq.cluster_sync()') > 0, 'cluster_sync()
 is($w4->safe_psql($db, $state), $c->safe_psql($db, $state), '... its definitions are the coordinator\'s again (revoke, drop, alter)');
 ($rc, $out, $err) = $w4->psql($db, "SET ROLE alice; SELECT sharded_nextval('orders_id')");
 like($err, qr/permission denied/, '... and the revoked role is refused there');
+is($w4->safe_psql($db, "SELECT mode FROM sharded_seq.counter_config WHERE name = 'dc'") . ' '
+	  . $c->safe_psql($db, "SELECT counter_value('dc')"),
+	'buffered 0', '... and a counter dropped and made again meanwhile is the new one there (no old count)');
 
 # ---- a role renamed: the calls it made name it by its new name everywhere
 $c->safe_psql($db, "CREATE ROLE dave; SET ROLE dave; SELECT sharded_seq.create_sequence('daves')");

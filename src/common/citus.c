@@ -58,6 +58,7 @@
 /* cluster_calls' columns, as the trigger reads them */
 #define Anum_call_kind		1
 #define Anum_call_name		2
+#define Anum_call_n			3
 #define Anum_call_op		4
 #define Anum_call_made_by	5
 #define Anum_call_call		6
@@ -314,11 +315,6 @@ ClusterRecordCall(const char *kind, const char *name, const char *op, const char
 		args[2] = CStringGetTextDatum(op);
 		args[3] = DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(ctx.caller, false)));
 		args[4] = CStringGetTextDatum(call);
-		/* a name made again starts a new history: its drop is not kept */
-		if (strcmp(op, "create") == 0)
-			RunSql("DELETE FROM sharded_seq.cluster_calls"
-				   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
-				   2, types, args, SPI_OK_DELETE);
 		/* n read first, then written as a constant: every copy gets the same row */
 		RunSql("SELECT COALESCE(pg_catalog.max(n), 0) OPERATOR(pg_catalog.+) 1 FROM sharded_seq.cluster_calls"
 			   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
@@ -646,8 +642,31 @@ ReplayCall(const char *made_by, const char *call, bool is_change)
 }
 
 /*
- * Replay the calls of kind's object name, in order (SPI connected): every
- * one, or (ops "change") its changes only.  Returns how many.
+ * Record (n > 0) or forget (n = 0) which creation, the row n of
+ * cluster_calls, this node's object kind name was made from (SPI
+ * connected): cluster_sync() tells an object dropped and made again on the
+ * coordinator from the one this node has.
+ */
+static void
+NoteMade(const char *kind, const char *name, int32 n)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
+	Datum		args[3] = {CStringGetTextDatum(kind), CStringGetTextDatum(name), Int32GetDatum(n)};
+
+	if (n > 0)
+		RunSql("INSERT INTO sharded_seq.cluster_made (kind, name, create_n) VALUES ($1, $2, $3)"
+			   " ON CONFLICT (kind, name) DO UPDATE SET create_n = EXCLUDED.create_n",
+			   3, types, args, SPI_OK_INSERT);
+	else
+		RunSql("DELETE FROM sharded_seq.cluster_made"
+			   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
+			   2, types, args, SPI_OK_DELETE);
+}
+
+/*
+ * Replay, in order, the calls of kind's object name since its latest
+ * creation (SPI connected): every one, or (ops "change") its changes only.
+ * Returns how many.
  */
 static uint64
 ReplayObject(ObjectKind kind, const char *name, const char *ops)
@@ -656,16 +675,27 @@ ReplayObject(ObjectKind kind, const char *name, const char *ops)
 	Datum		args[3] = {CStringGetTextDatum(KIND_TEXT(kind)), CStringGetTextDatum(name),
 						   CStringGetTextDatum(ops ? ops : "")};
 	SPITupleTable *calls;
-	uint64		n = RunSql("SELECT made_by::pg_catalog.text, call, op FROM sharded_seq.cluster_calls"
+	uint64		n = RunSql("SELECT made_by::pg_catalog.text, call, op, n FROM sharded_seq.cluster_calls"
 						   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2"
 						   "   AND ($3 OPERATOR(pg_catalog.=) '' OR op OPERATOR(pg_catalog.=) $3)"
+						   "   AND n OPERATOR(pg_catalog.>=) (SELECT pg_catalog.max(c.n) FROM sharded_seq.cluster_calls c"
+						   "                                   WHERE c.kind OPERATOR(pg_catalog.=) $1 AND c.name OPERATOR(pg_catalog.=) $2"
+						   "                                     AND c.op OPERATOR(pg_catalog.=) 'create')"
 						   " ORDER BY n", 3, types, args, SPI_OK_SELECT);
 
 	calls = SPI_tuptable;
 	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *op = SPI_getvalue(calls->vals[i], calls->tupdesc, 3);
+		bool		isnull;
+
 		ReplayCall(SPI_getvalue(calls->vals[i], calls->tupdesc, 1),
 				   SPI_getvalue(calls->vals[i], calls->tupdesc, 2),
-				   strcmp(SPI_getvalue(calls->vals[i], calls->tupdesc, 3), "change") == 0);
+				   strcmp(op, "change") == 0);
+		if (strcmp(op, "create") == 0)
+			NoteMade(KIND_TEXT(kind), name,
+					 DatumGetInt32(SPI_getbinval(calls->vals[i], calls->tupdesc, 4, &isnull)));
+	}
 	return n;
 }
 
@@ -703,7 +733,10 @@ ClusterPull(ObjectKind kind, const char *name)
 	}
 	ClusterPullLock();
 	/* Citus joins no local table with a reference table placed elsewhere: two steps */
-	n = RunSql("SELECT DISTINCT kind, name FROM sharded_seq.cluster_calls"
+	n = RunSql("SELECT kind, name FROM (SELECT DISTINCT ON (kind, name) kind, name, op"
+			   "                      FROM sharded_seq.cluster_calls"
+			   "                     WHERE kind OPERATOR(pg_catalog.<>) 'node'"
+			   "                     ORDER BY kind, name, n DESC) last"
 			   " WHERE op OPERATOR(pg_catalog.<>) 'drop' ORDER BY 1, 2",
 			   0, NULL, NULL, SPI_OK_SELECT);
 	objects = SPI_tuptable;
@@ -782,8 +815,14 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 						kind == KIND_SEQUENCE ? "sharded sequence" : "counter", name, group),
 				 errdetail("It was made here before this node joined the cluster; the coordinator's later changes apply to it.")));
 	else if (node_call || strcmp(op, "create") == 0 || here)
+	{
 		ApplyCall(NameStr(*DatumGetName(heap_getattr(tup, Anum_call_made_by, desc, &isnull))),
 				  TextDatumGetCString(heap_getattr(tup, Anum_call_call, desc, &isnull)), false);
+		if (strcmp(op, "create") == 0)
+			NoteMade(kind_text, name, DatumGetInt32(heap_getattr(tup, Anum_call_n, desc, &isnull)));
+		else if (strcmp(op, "drop") == 0)
+			NoteMade(kind_text, name, 0);
+	}
 	EndAsOwner(&ctx);
 	return PointerGetDatum(NULL);
 }
@@ -810,6 +849,30 @@ cluster_setup(PG_FUNCTION_ARGS)
 	(void) ClusterCallsReady();
 	EndAsOwner(&ctx);
 	PG_RETURN_VOID();
+}
+
+/* The creation this node's object came from (cluster_made), or 0 (unknown). */
+static int32
+MadeFrom(const char *kind, const char *name)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(kind), CStringGetTextDatum(name)};
+	bool		isnull;
+
+	if (RunSql("SELECT create_n FROM sharded_seq.cluster_made"
+			   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
+			   2, types, args, SPI_OK_SELECT) == 0)
+		return 0;
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Drop this node's object kind name, as the extension's owner (SPI connected). */
+static void
+DropHere(ObjectKind kind, const char *name)
+{
+	ApplyCall(GetUserNameFromId(ExtensionOwner(), false),
+			  psprintf("SELECT sharded_seq.drop_%s(%s)", KIND_TEXT(kind), quote_literal_cstr(name)),
+			  true);
 }
 
 /*
@@ -842,8 +905,15 @@ cluster_sync(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("sharded_seq.cluster_sync()");
 	BeginAsOwner(&ctx);
 	ClusterPullLock();
-	/* each object's last op: 'drop' for one the coordinator dropped */
-	n = RunSql("SELECT DISTINCT ON (kind, name) kind, name, op FROM sharded_seq.cluster_calls"
+	/*
+	 * Each object's last op ('drop' for one the coordinator dropped), its
+	 * latest creation, and the creation this node's object came from
+	 */
+	n = RunSql("SELECT DISTINCT ON (kind, name) kind, name, op,"
+			   "       (SELECT pg_catalog.max(c.n) FROM sharded_seq.cluster_calls c"
+			   "         WHERE c.kind OPERATOR(pg_catalog.=) l.kind AND c.name OPERATOR(pg_catalog.=) l.name"
+			   "           AND c.op OPERATOR(pg_catalog.=) 'create')"
+			   "  FROM sharded_seq.cluster_calls l"
 			   " WHERE kind OPERATOR(pg_catalog.<>) 'node'"
 			   " ORDER BY kind, name, n DESC",
 			   0, NULL, NULL, SPI_OK_SELECT);
@@ -853,11 +923,22 @@ cluster_sync(PG_FUNCTION_ARGS)
 		char	   *kind_text = SPI_getvalue(objects->vals[i], objects->tupdesc, 1);
 		char	   *object = SPI_getvalue(objects->vals[i], objects->tupdesc, 2);
 		bool		dropped = strcmp(SPI_getvalue(objects->vals[i], objects->tupdesc, 3), "drop") == 0;
+		char	   *latest = SPI_getvalue(objects->vals[i], objects->tupdesc, 4);
 		ObjectKind	k = strcmp(kind_text, "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER;
 		bool		here = ObjectHere(k, object);
+		int32		made = here ? MadeFrom(kind_text, object) : 0;
 
 		if (dropped && here)
-			ReplayObject(k, object, "drop");
+		{
+			DropHere(k, object);
+			NoteMade(kind_text, object, 0);
+		}
+		else if (!dropped && here && made > 0 && latest && made < atoi(latest))
+		{
+			/* dropped and made again on the coordinator while this node missed it */
+			DropHere(k, object);
+			ReplayObject(k, object, NULL);
+		}
 		else if (!dropped && !here)
 			ReplayObject(k, object, NULL);
 		else if (!dropped)
