@@ -63,8 +63,9 @@
 #define Anum_call_made_by	5
 #define Anum_call_call		6
 
-/* cluster_calls.kind of an object kind */
+/* cluster_calls.kind of an object kind, and back */
 #define KIND_TEXT(kind)		((kind) == KIND_SEQUENCE ? "sequence" : "counter")
+#define TEXT_KIND(text)		(strcmp((text), "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER)
 
 /* true while this backend runs a call that came from the coordinator */
 static bool ClusterApplying = false;
@@ -699,6 +700,91 @@ ReplayObject(ObjectKind kind, const char *name, const char *ops)
 	return n;
 }
 
+/* The creation this node's object came from (cluster_made), or 0 (unknown). */
+static int32
+MadeFrom(const char *kind, const char *name)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(kind), CStringGetTextDatum(name)};
+	bool		isnull;
+
+	if (RunSql("SELECT create_n FROM sharded_seq.cluster_made"
+			   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
+			   2, types, args, SPI_OK_SELECT) == 0)
+		return 0;
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Drop this node's object kind name, as the extension's owner (SPI connected). */
+static void
+DropHere(ObjectKind kind, const char *name)
+{
+	ApplyCall(GetUserNameFromId(ExtensionOwner(), false),
+			  psprintf("SELECT sharded_seq.drop_%s(%s)", KIND_TEXT(kind), quote_literal_cstr(name)),
+			  true);
+}
+
+/*
+ * Make this node's definitions the coordinator's (SPI connected, under
+ * ClusterPullLock): create what it lacks and, unless missing_only (a
+ * worker's first use), apply every change of what it has again, drop what
+ * the coordinator dropped, and make again what was dropped and made again
+ * there.  Citus joins no local table with a reference table placed
+ * elsewhere, so each object is looked up here in turn.  Returns how many
+ * objects it touched.
+ */
+static int32
+SyncObjects(bool missing_only)
+{
+	SPITupleTable *objects;
+	uint64		n;
+	int32		touched = 0;
+
+	/* each object's last op ('drop' for one the coordinator dropped), and its latest creation */
+	n = RunSql("SELECT DISTINCT ON (kind, name) kind, name, op,"
+			   "       (SELECT pg_catalog.max(c.n) FROM sharded_seq.cluster_calls c"
+			   "         WHERE c.kind OPERATOR(pg_catalog.=) l.kind AND c.name OPERATOR(pg_catalog.=) l.name"
+			   "           AND c.op OPERATOR(pg_catalog.=) 'create')"
+			   "  FROM sharded_seq.cluster_calls l"
+			   " WHERE kind OPERATOR(pg_catalog.<>) 'node'"
+			   " ORDER BY kind, name, n DESC",
+			   0, NULL, NULL, SPI_OK_SELECT);
+	objects = SPI_tuptable;
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *kind_text = SPI_getvalue(objects->vals[i], objects->tupdesc, 1);
+		char	   *object = SPI_getvalue(objects->vals[i], objects->tupdesc, 2);
+		bool		dropped = strcmp(SPI_getvalue(objects->vals[i], objects->tupdesc, 3), "drop") == 0;
+		char	   *latest = SPI_getvalue(objects->vals[i], objects->tupdesc, 4);
+		ObjectKind	k = TEXT_KIND(kind_text);
+		bool		here = ObjectHere(k, object);
+		int32		made;
+
+		if (missing_only && (dropped || here))
+			continue;
+		made = here ? MadeFrom(kind_text, object) : 0;
+		if (dropped && here)
+		{
+			DropHere(k, object);
+			NoteMade(kind_text, object, 0);
+		}
+		else if (!dropped && here && made > 0 && latest && made < atoi(latest))
+		{
+			/* dropped and made again on the coordinator while this node missed it */
+			DropHere(k, object);
+			ReplayObject(k, object, NULL);
+		}
+		else if (!dropped && !here)
+			ReplayObject(k, object, NULL);
+		else if (!dropped)
+			ReplayObject(k, object, "change");
+		else
+			continue;
+		touched++;
+	}
+	return touched;
+}
+
 /*
  * On a Citus worker, an object this node does not have: take every
  * definition this node lacks from the coordinator's calls, now (a node
@@ -709,8 +795,6 @@ bool
 ClusterPull(ObjectKind kind, const char *name)
 {
 	OwnerContext ctx;
-	SPITupleTable *objects;
-	uint64		n;
 	bool		pulled;
 
 	if (ClusterApplying || CitusGroup() <= 0 || !ClusterCallsStored())
@@ -732,24 +816,7 @@ ClusterPull(ObjectKind kind, const char *name)
 		}
 	}
 	ClusterPullLock();
-	/* Citus joins no local table with a reference table placed elsewhere: two steps */
-	n = RunSql("SELECT kind, name FROM (SELECT DISTINCT ON (kind, name) kind, name, op"
-			   "                      FROM sharded_seq.cluster_calls"
-			   "                     WHERE kind OPERATOR(pg_catalog.<>) 'node'"
-			   "                     ORDER BY kind, name, n DESC) last"
-			   " WHERE op OPERATOR(pg_catalog.<>) 'drop' ORDER BY 1, 2",
-			   0, NULL, NULL, SPI_OK_SELECT);
-	objects = SPI_tuptable;
-	for (uint64 i = 0; i < n; i++)
-	{
-		char	   *kind_text = SPI_getvalue(objects->vals[i], objects->tupdesc, 1);
-		char	   *object = SPI_getvalue(objects->vals[i], objects->tupdesc, 2);
-		ObjectKind	k = strcmp(kind_text, "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER;
-
-		if (ObjectHere(k, object))
-			continue;
-		ReplayObject(k, object, NULL);
-	}
+	(void) SyncObjects(true);
 	/* replayed now, or by a session this one waited for */
 	pulled = ObjectHere(kind, name);
 	EndAsOwner(&ctx);
@@ -760,10 +827,10 @@ ClusterPull(ObjectKind kind, const char *name)
  * AFTER INSERT on each placement of cluster_calls: run the call on this
  * node.  An object this node has already when its creation arrives (made
  * here before the node joined, as the workaround of setting node ids by
- * hand did) is kept: its positions go on, so none of its values comes back.  A change or a drop of
- * an object this node does not have yet is left to the replay at its first
- * use (ClusterPull): Citus copies a placement to a new node without firing
- * triggers.
+ * hand did) is kept: its positions go on, so none of its values comes
+ * back.  A change or a drop of an object this node does not have yet is
+ * left to the replay at its first use (ClusterPull): Citus copies a
+ * placement to a new node without firing triggers.
  */
 PG_FUNCTION_INFO_V1(cluster_call_arrived);
 Datum
@@ -800,7 +867,7 @@ cluster_call_arrived(PG_FUNCTION_ARGS)
 	tup = trigdata->tg_trigtuple;
 	desc = RelationGetDescr(trigdata->tg_relation);
 	kind_text = TextDatumGetCString(heap_getattr(tup, Anum_call_kind, desc, &isnull));
-	kind = strcmp(kind_text, "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER;
+	kind = TEXT_KIND(kind_text);
 	node_call = strcmp(kind_text, "node") == 0;
 	name = TextDatumGetCString(heap_getattr(tup, Anum_call_name, desc, &isnull));
 	op = TextDatumGetCString(heap_getattr(tup, Anum_call_op, desc, &isnull));
@@ -851,30 +918,6 @@ cluster_setup(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* The creation this node's object came from (cluster_made), or 0 (unknown). */
-static int32
-MadeFrom(const char *kind, const char *name)
-{
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		args[2] = {CStringGetTextDatum(kind), CStringGetTextDatum(name)};
-	bool		isnull;
-
-	if (RunSql("SELECT create_n FROM sharded_seq.cluster_made"
-			   " WHERE kind OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2",
-			   2, types, args, SPI_OK_SELECT) == 0)
-		return 0;
-	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/* Drop this node's object kind name, as the extension's owner (SPI connected). */
-static void
-DropHere(ObjectKind kind, const char *name)
-{
-	ApplyCall(GetUserNameFromId(ExtensionOwner(), false),
-			  psprintf("SELECT sharded_seq.drop_%s(%s)", KIND_TEXT(kind), quote_literal_cstr(name)),
-			  true);
-}
-
 /*
  * cluster_sync(): on a worker, make this node's definitions the
  * coordinator's: create what it lacks, apply again every change of what it
@@ -887,10 +930,8 @@ Datum
 cluster_sync(PG_FUNCTION_ARGS)
 {
 	OwnerContext ctx;
-	SPITupleTable *objects;
 	int32		group = CitusGroup();
-	uint64		n;
-	int32		touched = 0;
+	int32		touched;
 
 	if (group <= 0 || group > SHARDED_SEQ_MAX_NODE)
 		ereport(ERROR,
@@ -905,48 +946,7 @@ cluster_sync(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("sharded_seq.cluster_sync()");
 	BeginAsOwner(&ctx);
 	ClusterPullLock();
-	/*
-	 * Each object's last op ('drop' for one the coordinator dropped), its
-	 * latest creation, and the creation this node's object came from
-	 */
-	n = RunSql("SELECT DISTINCT ON (kind, name) kind, name, op,"
-			   "       (SELECT pg_catalog.max(c.n) FROM sharded_seq.cluster_calls c"
-			   "         WHERE c.kind OPERATOR(pg_catalog.=) l.kind AND c.name OPERATOR(pg_catalog.=) l.name"
-			   "           AND c.op OPERATOR(pg_catalog.=) 'create')"
-			   "  FROM sharded_seq.cluster_calls l"
-			   " WHERE kind OPERATOR(pg_catalog.<>) 'node'"
-			   " ORDER BY kind, name, n DESC",
-			   0, NULL, NULL, SPI_OK_SELECT);
-	objects = SPI_tuptable;
-	for (uint64 i = 0; i < n; i++)
-	{
-		char	   *kind_text = SPI_getvalue(objects->vals[i], objects->tupdesc, 1);
-		char	   *object = SPI_getvalue(objects->vals[i], objects->tupdesc, 2);
-		bool		dropped = strcmp(SPI_getvalue(objects->vals[i], objects->tupdesc, 3), "drop") == 0;
-		char	   *latest = SPI_getvalue(objects->vals[i], objects->tupdesc, 4);
-		ObjectKind	k = strcmp(kind_text, "sequence") == 0 ? KIND_SEQUENCE : KIND_COUNTER;
-		bool		here = ObjectHere(k, object);
-		int32		made = here ? MadeFrom(kind_text, object) : 0;
-
-		if (dropped && here)
-		{
-			DropHere(k, object);
-			NoteMade(kind_text, object, 0);
-		}
-		else if (!dropped && here && made > 0 && latest && made < atoi(latest))
-		{
-			/* dropped and made again on the coordinator while this node missed it */
-			DropHere(k, object);
-			ReplayObject(k, object, NULL);
-		}
-		else if (!dropped && !here)
-			ReplayObject(k, object, NULL);
-		else if (!dropped)
-			ReplayObject(k, object, "change");
-		else
-			continue;
-		touched++;
-	}
+	touched = SyncObjects(false);
 	EndAsOwner(&ctx);
 	PG_RETURN_INT32(touched);
 }
