@@ -43,8 +43,11 @@ ShmemRequest(void)
 	RequestAddinShmemSpace(KeptShmemSize());
 	RequestAddinShmemSpace(RegistryShmemSize());
 	RequestAddinShmemSpace(NodeCacheShmemSize());
+	RequestAddinShmemSpace(SequenceDirectoryShmemSize());
+	RequestAddinShmemSpace(ConfigWordShmemSize());
 	RequestNamedLWLockTranche("sharded_seq", 1);
 	RequestNamedLWLockTranche("sharded_seq node cache", 1);
+	RequestNamedLWLockTranche("sharded_seq directory", 1);
 	RequestNamedLWLockTranche("sharded_seq buffered", 1);
 	RequestNamedLWLockTranche("sharded_seq workers", 1);
 }
@@ -61,6 +64,8 @@ ShmemStartup(void)
 	KeptShmemInit();
 	RegistryShmemInit();
 	NodeCacheShmemInit();
+	SequenceDirectoryShmemInit();
+	ConfigWordShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -124,9 +124,26 @@ CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 		return cs->entry;
 	}
 
-	name = text_to_cstring(arg);
-	ValidateName(name, cache->kind);
-	entry = CacheLookup(cache, name, is_new);
+	/*
+	 * A prepared statement's call site lives one execution: the name the
+	 * session looked up last is checked before the hash.
+	 */
+	entry = cache->last;
+	if (entry && entry->incarnation == cache->last_incarnation && entry->incarnation != 0 &&
+		len < NAMEDATALEN && entry->name[len] == '\0' &&
+		memcmp(entry->name, VARDATA_ANY(arg), len) == 0)
+	{
+		dlist_move_head(&cache->lru, &entry->lru);
+		name = NULL;
+	}
+	else
+	{
+		name = text_to_cstring(arg);
+		ValidateName(name, cache->kind);
+		entry = CacheLookup(cache, name, is_new);
+		cache->last = entry;
+		cache->last_incarnation = entry->incarnation;
+	}
 	if (cs == NULL)
 		cs = fcinfo->flinfo->fn_extra =
 			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallSite));
@@ -135,7 +152,8 @@ CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 	cs->incarnation = entry->incarnation;
 	cs->len = len;
 	memcpy(cs->name, VARDATA_ANY(arg), len);
-	pfree(name);
+	if (name)
+		pfree(name);
 	return entry;
 }
 

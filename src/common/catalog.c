@@ -288,15 +288,16 @@ VacuumFull(VacuumStmt *stmt)
 }
 
 /*
- * May this command change what the shard table is, so that writes can
- * escape the marks that kept totals stand on (the rule in
- * counter/layout.c)?  Trigger changes, TRUNCATE (a cascade may reach it),
- * rewrites (VACUUM FULL, CLUSTER), drops, and an update of the extension.
- * Plain VACUUM and ANALYZE change no row and are left alone.  Errs on the
- * side of yes; costs a lookup or two, and only for these commands.
+ * May this command change what our table relname is, so that writes can
+ * escape the marks made at every write (counter_shards: the rule in
+ * counter/layout.c; sequence_config: common/config_word.c)?  Trigger
+ * changes, TRUNCATE (a cascade may reach it), rewrites (VACUUM FULL,
+ * CLUSTER), drops, and an update of the extension.  Plain VACUUM and
+ * ANALYZE change no row and are left alone.  Errs on the side of yes; costs
+ * a lookup or two, and only for these commands.
  */
 bool
-ChangesShardTable(Node *stmt)
+ChangesOwnTable(Node *stmt, const char *relname)
 {
 	Oid			shards;
 	ListCell   *lc;
@@ -328,7 +329,7 @@ ChangesShardTable(Node *stmt)
 		default:
 			return false;
 	}
-	shards = InstalledRelid("counter_shards");
+	shards = InstalledRelid(relname);
 	if (!OidIsValid(shards))
 		return false;
 	if (IsA(stmt, AlterTableStmt))
@@ -346,48 +347,83 @@ ChangesShardTable(Node *stmt)
 }
 
 /*
- * Is the safety net of kept totals in place on counter_shards, as snapshot
- * sees pg_trigger: the trigger rows_changed_elsewhere, enabled ALWAYS, for
- * every row inserted, updated or deleted (no column list, no WHEN), and for
- * TRUNCATE?  A schema older than 1.3 has none; a disabled one, as pg_restore
- * --disable-triggers leaves it for a moment, hides writes from the marks.
+ * May this command change sequence configuration without a mark of its own
+ * (common/config_word.c)?  What ChangesOwnTable says of sequence_config,
+ * COPY into a table of ours (cutover_stops has no trigger), CREATE
+ * EXTENSION, and COMMIT PREPARED (its changes become visible).
  */
 bool
-ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot)
+ChangesSequenceConfig(Node *stmt)
+{
+	Oid			namespace;
+	Oid			relid;
+
+	if (IsA(stmt, TransactionStmt))
+		return ((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
+	if (IsA(stmt, CreateExtensionStmt))
+		return strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0;
+	if (IsA(stmt, CopyStmt))
+	{
+		if (!((CopyStmt *) stmt)->is_from)
+			return false;
+		relid = RelidOf(((CopyStmt *) stmt)->relation);
+		namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+		return OidIsValid(relid) && OidIsValid(namespace) && get_rel_namespace(relid) == namespace;
+	}
+	return ChangesOwnTable(stmt, "sequence_config");
+}
+
+/*
+ * Is a trigger of ours that calls function in place on relid, as snapshot
+ * sees pg_trigger: enabled ALWAYS, for every row (row) or statement (!row),
+ * on every event of events (TRIGGER_TYPE_INSERT, ...), with no column list
+ * and no WHEN?  A disabled one, as pg_restore --disable-triggers leaves it
+ * for a moment, hides writes from the marks it makes.
+ */
+bool
+TriggerInPlace(Oid relid, const char *function, Snapshot snapshot, bool row, int16 events)
 {
 	Relation	trigrel;
 	SysScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tup;
-	bool		rows = false;
-	bool		truncate = false;
+	bool		found = false;
 	Oid			namespace = ConfigNamespace();
 
 	trigrel = table_open(TriggerRelationId, AccessShareLock);
 	ScanKeyInit(&key, Anum_pg_trigger_tgrelid, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(shards_relid));
+				ObjectIdGetDatum(relid));
 	scan = systable_beginscan(trigrel, TriggerRelidNameIndexId, true, snapshot, 1, &key);
-	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	while (!found && HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
 		Form_pg_trigger t = (Form_pg_trigger) GETSTRUCT(tup);
 		char	   *fname;
 
 		if (t->tgenabled != TRIGGER_FIRES_ALWAYS || t->tgattr.dim1 != 0 ||
 			!heap_attisnull(tup, Anum_pg_trigger_tgqual, RelationGetDescr(trigrel)) ||
-			get_func_namespace(t->tgfoid) != namespace)
+			get_func_namespace(t->tgfoid) != namespace ||
+			(TRIGGER_FOR_ROW(t->tgtype) != 0) != row || (t->tgtype & events) != events)
 			continue;
 		fname = get_func_name(t->tgfoid);
-		if (fname == NULL || strcmp(fname, "rows_changed_elsewhere") != 0)
-			continue;
-		if (TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_INSERT(t->tgtype) &&
-			TRIGGER_FOR_UPDATE(t->tgtype) && TRIGGER_FOR_DELETE(t->tgtype))
-			rows = true;
-		if (!TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_TRUNCATE(t->tgtype))
-			truncate = true;
+		found = fname != NULL && strcmp(fname, function) == 0;
 	}
 	systable_endscan(scan);
 	table_close(trigrel, AccessShareLock);
-	return rows && truncate;
+	return found;
+}
+
+/*
+ * Is the safety net of kept totals in place on counter_shards: the trigger
+ * rows_changed_elsewhere for every row inserted, updated or deleted, and
+ * for TRUNCATE?  A schema older than 1.3 has none.
+ */
+bool
+ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot)
+{
+	return TriggerInPlace(shards_relid, "rows_changed_elsewhere", snapshot, true,
+						  TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE) &&
+		TriggerInPlace(shards_relid, "rows_changed_elsewhere", snapshot, false,
+					   TRIGGER_TYPE_TRUNCATE);
 }
 
 /*
@@ -585,10 +621,14 @@ InstallationToken(void)
 	return cached_token;
 }
 
-/* Tell every backend, at commit, that a config row changed. */
+/*
+ * Tell every backend, at commit, that a config row changed; and every
+ * session to come, through the config word, from now on.
+ */
 void
 AnnounceConfigChange(const char *relname)
 {
+	ConfigChanging();
 	CacheInvalidateRelcacheByRelid(ConfigRelid(relname));
 }
 

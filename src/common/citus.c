@@ -107,6 +107,9 @@ ReadCitusGroup(void)
 
 	if (!IsTransactionState())
 		return -1;
+	/* Citus runs only preloaded, and defines its settings then: no lookup without it */
+	if (GetConfigOption("citus.node_conninfo", true, false) == NULL)
+		return -1;
 	/* syscache lookups first: a session's first use pays little without Citus */
 	local_rel = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
 	node_rel = get_relname_relid("pg_dist_node", PG_CATALOG_NAMESPACE);

@@ -104,7 +104,10 @@ extern bool NodeClaimsStored(void);
 extern bool ClusterCallsStored(void);
 extern bool NodeCacheStored(void);
 extern bool CounterSetsStored(void);
-extern bool ChangesShardTable(Node *stmt);
+extern bool ChangesOwnTable(Node *stmt, const char *relname);
+extern bool ChangesSequenceConfig(Node *stmt);
+extern bool TriggerInPlace(Oid relid, const char *function, Snapshot snapshot,
+						   bool row, int16 events);
 extern bool ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot);
 extern bool AltersOwnTable(Node *stmt);
 extern void RestoreTriggerModes(void);
@@ -166,6 +169,8 @@ typedef struct ObjectCache
 	HTAB	   *table;
 	dlist_head	lru;			/* most recently used first */
 	long		count;
+	CacheEntry *last;			/* the entry looked up last by name */
+	uint64		last_incarnation;	/* its incarnation then */
 } ObjectCache;
 
 extern CacheEntry *CacheLookup(ObjectCache *cache, const char *name, bool *is_new);
@@ -179,11 +184,18 @@ extern bool CutoverStopsStored(void);
 extern char *CutoverSystemText(void);
 extern bool CutoverRowFor(const char *system, XLogRecPtr *flushed);
 extern bool CutoverStopped(void);
+extern void CutoverNoteNotStopped(uint64 epoch);
 extern void CutoverStopCheck(void);
 extern void CutoverCounterCheck(void);
 extern void CutoverCheckPrivilege(const char *function);
 extern void CutoverRecordDone(Oid subid);
 extern void WaitForTransactionsInFlight(void);
+
+/* config_word.c: is a copy of configuration in shared memory current? */
+extern Size ConfigWordShmemSize(void);
+extern void ConfigWordShmemInit(void);
+extern void ConfigChanging(void);
+extern bool ConfigWordSettled(uint64 *word);
 
 /* catalog.c, continued */
 extern void AnnounceConfigChange(const char *relname);

@@ -110,6 +110,16 @@ CutoverStopped(void)
 	return stopped;
 }
 
+/*
+ * A copy of configuration made while this server was not stopped still holds
+ * (sequence/directory.c): remember it as a look of our own under epoch.
+ */
+void
+CutoverNoteNotStopped(uint64 epoch)
+{
+	NotStoppedEpoch = epoch;
+}
+
 /* Refuse to hand out a value or take an increment on a stopped server. */
 void
 CutoverStopCheck(void)

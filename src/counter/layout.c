@@ -33,7 +33,7 @@
  * (DISABLE TRIGGER, DROP TRIGGER, TRUNCATE, VACUUM FULL, CLUSTER, ALTER
  * EXTENSION UPDATE; a data-only restore disables the triggers): the utility
  * hook marks every word before such a command runs, "changing" until its
- * transaction ends (ChangesShardTable, common/catalog.c), and
+ * transaction ends (ChangesOwnTable, common/catalog.c), and
  * LayoutChangingAll moves net_epoch.  KeepRows keeps nothing unless the
  * trigger is in place as a snapshot taken after the epoch was read sees it
  * (ShardsNetHolds, rows.c).  Not covered: a superuser's DML on pg_trigger

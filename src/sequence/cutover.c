@@ -45,10 +45,13 @@
 #include "sequence/sequence_internal.h"
 
 /*
- * Fired before every row written to sequence_config (ENABLE ALWAYS).  In
- * logical replication's apply or table synchronization worker only, the row
- * is marked positions_unknown, and this server's sessions are told (they
- * cache configuration until a relcache invalidation says otherwise).  An
+ * Fired before every row written to sequence_config (ENABLE ALWAYS), by
+ * anyone: marks the config word, so no session trusts a copy made before,
+ * and tells this server's sessions at commit (they cache configuration
+ * until a relcache invalidation says otherwise), so a row written by hand
+ * is seen as one written by the administrative functions is.  In logical
+ * replication's apply or table synchronization worker, the row is also
+ * marked positions_unknown.  An
  * update of a row that is not marked (this server took the sequence over:
  * cutover() ran, or it made the sequence itself) keeps the local row and
  * only marks it: the local generation lies above everything drawn here, and
@@ -70,6 +73,9 @@ sequence_arrived(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("sharded_seq.sequence_arrived() must be called as a trigger"),
 				 errhint("It is fired by writes to sharded_seq.sequence_config; do not call it directly.")));
+	/* any row written: copies of configuration are stale (common/config_word.c) */
+	ConfigChanging();
+	CacheInvalidateRelcache(trigdata->tg_relation);
 	tup = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	if (!IsLogicalWorker())
 		return PointerGetDatum(tup);
@@ -90,7 +96,6 @@ sequence_arrived(PG_FUNCTION_ARGS)
 		}
 	}
 	tup = heap_modify_tuple_by_cols(tup, desc, 1, &att, &value, &isnull);
-	CacheInvalidateRelcache(trigdata->tg_relation);
 	return PointerGetDatum(tup);
 }
 

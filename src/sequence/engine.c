@@ -45,6 +45,7 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "common/hashfn.h"
@@ -86,6 +87,8 @@ typedef struct SeqEntry
 	bool		cache_node;		/* cache 'node' */
 	bool		positions_unknown;	/* arrived by replication: refused */
 	bool		gen_uncommitted;	/* generation made by this transaction */
+	bool		config_read;	/* read from the tables, not from the
+								 * directory: shard and shard_relid are set */
 	Oid			owner;
 	Acl		   *acl;			/* in CacheEntryContext, or NULL */
 	Oid			checked_user;	/* user whose USAGE was checked, or 0 */
@@ -216,18 +219,121 @@ static ObjectCache SeqCache = {
 
 static uint32 SessionSalt = 0;
 
+/* Another object under this name (or the first): forget this session's past. */
+static void
+TakeObject(SeqEntry *entry, Oid config_relid, int32 id)
+{
+	if (id == entry->id && config_relid == entry->config_relid)
+		return;
+	entry->have_block = false;
+	entry->last_valid = false;
+	entry->lease_valid = false;
+	entry->node_attached = false;
+	entry->session_gen = 0;
+	entry->config_relid = config_relid;
+	entry->id = id;
+	RestoreLast(entry);
+}
+
 /*
- * Load name's configuration with the latest snapshot; false if it is gone.
- * The rows are read straight from the tables through their indexes (no SQL
- * is planned), which keeps a new connection's first call cheap; the
- * extension's own code reads its own tables, so no privilege applies.
+ * Offer a configuration just read to the directory (directory.c), if it is
+ * one a session may draw by without reading the tables: a node-cached
+ * database-tier sequence with nothing uncommitted of ours in it, the
+ * marking trigger in place and this server not stopped by a cutover, both as
+ * a snapshot taken after the config word was seen settled at word sees them.
+ */
+static void
+OfferToDirectory(SeqEntry *entry, uint64 word, Snapshot snapshot)
+{
+	SequenceCopy copy;
+
+	if (!entry->cache_node || entry->memcached || entry->positions_unknown ||
+		entry->gen_uncommitted || TransactionIdIsValid(GetTopTransactionIdIfAny()) ||
+		!NodeCacheEnabled())
+		return;
+	if (entry->acl && VARSIZE(entry->acl) > DIRECTORY_ACL_BYTES)
+		return;
+	if (!TriggerInPlace(entry->config_relid, "sequence_arrived", snapshot, true,
+						TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE))
+		return;
+	if (CutoverStopsStored() && CutoverRowFor(CutoverSystemText(), NULL))
+		return;
+	memset(&copy, 0, offsetof(SequenceCopy, acl));
+	copy.config_relid = entry->config_relid;
+	copy.id = entry->id;
+	copy.generation = entry->generation;
+	copy.base = entry->base;
+	copy.shards = entry->shards;
+	copy.block = entry->block;
+	copy.owner = entry->owner;
+	copy.acl_len = entry->acl ? VARSIZE(entry->acl) : 0;
+	if (entry->acl)
+		memcpy(copy.acl, entry->acl, copy.acl_len);
+	DirectoryPublish(entry->cache.name, &copy, word);
+}
+
+/*
+ * Take name's configuration from the directory, when it holds a current
+ * copy and this transaction changed nothing (its own changes are not in the
+ * copy).  The shards are left unread: a reservation reads the tables again.
  */
 static bool
-LoadSequenceConfig(SeqEntry *entry)
+TakeFromDirectory(SeqEntry *entry)
+{
+	SequenceCopy copy;
+	uint64		epoch;
+
+	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return false;
+	AcceptInvalidationMessages();
+	epoch = ConfigEpoch;
+	if (!DirectoryFind(entry->cache.name, &copy))
+		return false;
+	RegistryNoteUse();
+	TakeObject(entry, copy.config_relid, copy.id);
+	entry->generation = copy.generation;
+	entry->base = copy.base;
+	entry->shards = copy.shards;
+	entry->block = copy.block;
+	entry->owner = copy.owner;
+	if (entry->acl)
+		pfree(entry->acl);
+	entry->acl = NULL;
+	if (copy.acl_len > 0)
+	{
+		entry->acl = MemoryContextAlloc(CacheEntryContext(), copy.acl_len);
+		memcpy(entry->acl, copy.acl, copy.acl_len);
+	}
+	entry->memcached = false;
+	entry->cache_node = true;
+	entry->positions_unknown = false;
+	entry->gen_uncommitted = false;
+	entry->config_read = false;
+	if (entry->generation != entry->block_generation)
+		entry->lease_valid = false;
+	entry->checked_user = InvalidOid;
+	entry->loaded_epoch = epoch;
+	/* the copy was made while no cutover stopped this server, and still holds */
+	CutoverNoteNotStopped(epoch);
+	elog(DEBUG1, "sharded_seq: configuration of sharded sequence \"%s\" taken from the directory",
+		 entry->cache.name);
+	return true;
+}
+
+/*
+ * Read name's configuration from the tables with the latest snapshot; false
+ * if it is gone.  The rows are read straight from the tables through their
+ * indexes (no SQL is planned); the extension's own code reads its own
+ * tables, so no privilege applies.
+ */
+static bool
+ReadSequenceConfig(SeqEntry *entry)
 {
 	ConfigPlaces *places;
 	bool		found = false;
 	uint64		epoch;
+	uint64		word = 0;
+	bool		settled;
 	Snapshot	snapshot;
 	Relation	config;
 	Relation	shards_rel;
@@ -248,6 +354,7 @@ LoadSequenceConfig(SeqEntry *entry)
 	places = SequenceConfigPlaces(config, shards_rel);
 	AcceptInvalidationMessages();
 	epoch = ConfigEpoch;
+	settled = ConfigWordSettled(&word);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	/* a change may commit here, after the snapshot (specs/config_race) */
 	WAIT_POINT("sequence-config-read");
@@ -270,18 +377,7 @@ LoadSequenceConfig(SeqEntry *entry)
 		SysScanDesc shard_scan;
 		HeapTuple	shard_tup;
 
-		if (id != entry->id || places->config != entry->config_relid)
-		{
-			/* another object under this name: forget this session's past */
-			entry->have_block = false;
-			entry->last_valid = false;
-			entry->lease_valid = false;
-			entry->node_attached = false;
-			entry->session_gen = 0;
-			entry->config_relid = places->config;
-			entry->id = id;
-			RestoreLast(entry);
-		}
+		TakeObject(entry, places->config, id);
 		entry->generation = DatumGetInt32(heap_getattr(tup, places->c_generation, desc, &isnull));
 		entry->base = DatumGetInt64(heap_getattr(tup, places->c_base, desc, &isnull));
 		entry->shards = DatumGetInt32(heap_getattr(tup, places->c_shards, desc, &isnull));
@@ -339,15 +435,25 @@ LoadSequenceConfig(SeqEntry *entry)
 		if (entry->generation != entry->block_generation)
 			entry->lease_valid = false;
 		entry->checked_user = InvalidOid;
+		entry->config_read = true;
 		found = true;
 	}
 	systable_endscan(scan);
 	table_close(shards_rel, AccessShareLock);
 	table_close(config, AccessShareLock);
+	if (found && settled)
+		OfferToDirectory(entry, word, snapshot);
 	UnregisterSnapshot(snapshot);
 	/* a name that is gone is looked up again at every call */
 	entry->loaded_epoch = found ? epoch : 0;
 	return found;
+}
+
+/* Load name's configuration, from the directory if it can; false if it is gone. */
+static bool
+LoadSequenceConfig(SeqEntry *entry)
+{
+	return TakeFromDirectory(entry) || ReadSequenceConfig(entry);
 }
 
 /* Load entry's configuration; a Citus worker may take it from the coordinator first. */
@@ -521,10 +627,10 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 		{
 			locked_id = entry->id;
 			LockDatabaseObject(config_relid, locked_id, 0, ShareLock);
-			if (entry->loaded_epoch == ConfigEpoch)
+			if (entry->loaded_epoch == ConfigEpoch && entry->config_read)
 				break;
 			UnlockDatabaseObject(config_relid, locked_id, 0, ShareLock);
-			if (!LoadSequenceConfig(entry))
+			if (!ReadSequenceConfig(entry))
 				ReportNotFound(KIND_SEQUENCE, entry->cache.name);
 		}
 		/* current now: a cutover's mark or stop cannot slip in before we reserve */

@@ -48,6 +48,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -543,6 +544,24 @@ PositionsUnknown(HeapTuple tup, ConfigPlaces *places, TupleDesc desc)
  * The block's WAL is flushed, and confirmed by the synchronous standbys when
  * in force, before it returns.
  */
+/*
+ * What the last CarveNodeBlock of this backend read, under the draw lock:
+ * while ConfigEpoch has not moved (taking the draw lock reads pending
+ * invalidations, and every change of the row sends one), it is still the
+ * generation in force, and the next reservation skips the read.
+ */
+static struct
+{
+	uint64		epoch;			/* 0: nothing seen */
+	Oid			config_relid;
+	int32		id;
+	char		name[NAMEDATALEN];
+	int32		generation;
+	int64		base;
+	int32		shards;
+	int32		block;
+}			Seen;
+
 static bool
 CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 {
@@ -566,6 +585,7 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	SysScanDesc scan;
 	HeapTuple	tup;
 	uint32		stamp = SyncStamp();
+	uint64		epoch;
 
 	if (conditional)
 	{
@@ -574,6 +594,21 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	}
 	else
 		LockDatabaseObject(config_relid, id, 0, ShareLock);
+
+	/* what a change committed before we got the lock sent */
+	AcceptInvalidationMessages();
+	if (Seen.epoch == ConfigEpoch && Seen.config_relid == config_relid && Seen.id == id &&
+		!CutoverStopped())
+	{
+		strlcpy(name, Seen.name, sizeof(name));
+		generation = Seen.generation;
+		base = Seen.base;
+		shards = Seen.shards;
+		block = Seen.block;
+		goto reserve;
+	}
+	Seen.epoch = 0;
+	epoch = ConfigEpoch;
 
 	/* straight from the tables, as the session's load is (engine.c) */
 	config = table_open(config_relid, AccessShareLock);
@@ -621,6 +656,16 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 		UnlockDatabaseObject(config_relid, id, 0, ShareLock);
 		return false;
 	}
+	Seen.config_relid = config_relid;
+	Seen.id = id;
+	strlcpy(Seen.name, name, sizeof(Seen.name));
+	Seen.generation = generation;
+	Seen.base = base;
+	Seen.shards = shards;
+	Seen.block = block;
+	Seen.epoch = epoch;
+
+reserve:
 	relid = LowestNextShard(id, generation, shards, &shard);
 	k = nextval_internal(relid, false);
 	UnlockDatabaseObject(config_relid, id, 0, ShareLock);

@@ -26,4 +26,8 @@ extern Size NodeCacheShmemSize(void);
 extern void NodeCacheShmemInit(void);
 extern void NodeCachePrefetch(void);
 
+/* directory.c: copies of sequence configuration, for new sessions */
+extern Size SequenceDirectoryShmemSize(void);
+extern void SequenceDirectoryShmemInit(void);
+
 #endif							/* SHARDED_SEQ_SEQUENCE_H */

@@ -87,4 +87,26 @@ extern int64 NodeCacheValuesOut(int32 id, bool *has_entry);
 extern void NodeCacheLockReservations(int32 id);
 extern void NodeCacheUnlockReservations(int32 id);
 
+/*
+ * directory.c: a copy of a node-cached sequence's configuration in shared
+ * memory, for a session's first draw (engine.c)
+ */
+#define DIRECTORY_ACL_BYTES 512
+
+typedef struct SequenceCopy
+{
+	Oid			config_relid;
+	int32		id;
+	int32		generation;
+	int64		base;
+	int32		shards;
+	int32		block;
+	Oid			owner;
+	int32		acl_len;		/* bytes of acl; 0 for a NULL acl */
+	char		acl[DIRECTORY_ACL_BYTES];
+} SequenceCopy;
+
+extern bool DirectoryFind(const char *name, SequenceCopy *out);
+extern void DirectoryPublish(const char *name, const SequenceCopy *copy, uint64 word);
+
 #endif							/* SHARDED_SEQ_SEQUENCE_INTERNAL_H */

@@ -29,7 +29,9 @@
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -219,28 +221,38 @@ ShardNextK(Oid relid)
 }
 
 /*
- * The shard of a generation whose next block comes first: the smallest
- * (k + 1) * shards + i over shards i that reserved block k last (0 for one
- * that reserved none).  Its next block lies above every block of the
- * generation that was the first in line when it was taken, so a node that
- * always takes this one hands out increasing blocks, consecutive ones when
- * it alone draws (node_cache.c).  Call under the draw lock and the node
- * cache's reservation lock: no shard moves meanwhile, and no layout change
- * retires the generation.  Reads the tables and pages directly: no SQL.
+ * The shards of the generation the last LowestNextShard looked at, in shard
+ * order.  A generation's shards never change once made; a drop of one sends
+ * a relcache invalidation, which moves ConfigEpoch: the list is read again.
  */
-Oid
-LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
+static struct
+{
+	uint64		epoch;			/* ConfigEpoch when read; 0: nothing kept */
+	Oid			config;
+	int32		seq_id;
+	int32		generation;
+	int32		n;
+	Oid		   *relids;			/* n, in TopMemoryContext */
+}			ShardList;
+
+/* Read the shards of a generation into ShardList (under the draw lock). */
+static void
+ReadShardList(int32 seq_id, int32 generation, int32 shards)
 {
 	Relation	config = table_open(ConfigRelid("sequence_config"), AccessShareLock);
 	Relation	shards_rel = table_open(ConfigRelid("sequence_shards"), AccessShareLock);
 	ConfigPlaces *places = SequenceConfigPlaces(config, shards_rel);
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	Snapshot	snapshot;
 	ScanKeyData key[2];
 	SysScanDesc scan;
 	HeapTuple	tup;
-	Oid			best_relid = InvalidOid;
-	int128		best = 0;
+	uint64		epoch;
+	Oid		   *relids = MemoryContextAllocZero(TopMemoryContext, sizeof(Oid) * Max(shards, 1));
+	int32		n = 0;
 
+	AcceptInvalidationMessages();
+	epoch = ConfigEpoch;
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(seq_id));
 	ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(generation));
 	scan = systable_beginscan(shards_rel, places->by_generation, OidIsValid(places->by_generation),
@@ -250,7 +262,61 @@ LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
 		TupleDesc	desc = RelationGetDescr(shards_rel);
 		bool		isnull;
 		int32		s = DatumGetInt32(heap_getattr(tup, places->s_shard, desc, &isnull));
-		Oid			relid = DatumGetObjectId(heap_getattr(tup, places->s_relid, desc, &isnull));
+
+		if (s < 0 || s >= shards || OidIsValid(relids[s]))
+			continue;
+		relids[s] = DatumGetObjectId(heap_getattr(tup, places->s_relid, desc, &isnull));
+		n++;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(shards_rel, AccessShareLock);
+	table_close(config, AccessShareLock);
+	if (n != shards)
+	{
+		pfree(relids);
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("sharded sequence %d has %d of its %d shards in generation %d",
+						seq_id, n, shards, generation),
+				 errdetail("Rows of sharded_seq.sequence_shards are missing."),
+				 errhint("Drop the sequence with sharded_seq.drop_sequence() and create it again above the highest value in use (start => ...).")));
+	}
+	if (ShardList.relids)
+		pfree(ShardList.relids);
+	ShardList.relids = relids;
+	ShardList.n = n;
+	ShardList.config = ConfigRelid("sequence_config");
+	ShardList.seq_id = seq_id;
+	ShardList.generation = generation;
+	ShardList.epoch = epoch;
+}
+
+/*
+ * The shard of a generation whose next block comes first: the smallest
+ * (k + 1) * shards + i over shards i that reserved block k last (0 for one
+ * that reserved none).  Its next block lies above every block of the
+ * generation that was the first in line when it was taken, so a node that
+ * always takes this one hands out increasing blocks, consecutive ones when
+ * it alone draws (node_cache.c).  Call under the draw lock and the node
+ * cache's reservation lock: no shard moves meanwhile, and no layout change
+ * retires the generation.  Reads the shards' pages directly: no SQL; the
+ * list of shards is read once per generation and ConfigEpoch.
+ */
+Oid
+LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
+{
+	Oid			best_relid = InvalidOid;
+	int128		best = 0;
+
+	AcceptInvalidationMessages();
+	if (ShardList.epoch != ConfigEpoch || ShardList.seq_id != seq_id ||
+		ShardList.generation != generation || ShardList.n != shards ||
+		ShardList.config != ConfigRelid("sequence_config"))
+		ReadShardList(seq_id, generation, shards);
+	for (int32 s = 0; s < shards; s++)
+	{
+		Oid			relid = ShardList.relids[s];
 		int128		next = (int128) ShardNextK(relid) * shards + s;
 
 		if (!OidIsValid(best_relid) || next < best)
@@ -260,12 +326,6 @@ LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
 			*shard = s;
 		}
 	}
-	systable_endscan(scan);
-	UnregisterSnapshot(snapshot);
-	table_close(shards_rel, AccessShareLock);
-	table_close(config, AccessShareLock);
-	if (!OidIsValid(best_relid))
-		elog(ERROR, "sharded sequence %d has no shards in generation %d", seq_id, generation);
 	return best_relid;
 }
 

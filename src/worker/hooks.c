@@ -168,8 +168,11 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	 * TRIGGER, TRUNCATE, ...; the rule in counter/layout.c) marks every word
 	 * until its transaction ends, before it runs.
 	 */
-	if (LayoutWordsAvailable() && IsTransactionState() && ChangesShardTable(stmt))
+	if (LayoutWordsAvailable() && IsTransactionState() && ChangesOwnTable(stmt, "counter_shards"))
 		LayoutChangingAll();
+	/* the same for copies of sequence configuration (common/config_word.c) */
+	if (IsTransactionState() && ChangesSequenceConfig(stmt))
+		ConfigChanging();
 	alone = DatabaseNeededAlone(stmt);
 	paused = PauseWorker(alone);
 	if (paused)

@@ -1,0 +1,155 @@
+# The sequence directory (preloaded): a new connection's first
+# sharded_nextval takes a node-cached sequence's configuration from shared
+# memory instead of reading the tables (src/sequence/directory.c), and never
+# a copy older than a change (src/common/config_word.c).  Each part makes a
+# change by one path and then checks the next new connection sees it:
+#   1. a second connection takes the copy a first one made (DEBUG1 says so);
+#   2. revoke_sequence: the next connection of the revoked role is refused;
+#   3. the acl changed by hand (UPDATE, the trigger marks it);
+#   4. the marking trigger disabled: no copy is made, and a hand UPDATE made
+#      while it is off is seen;
+#   5. a revoke in a prepared transaction: seen once COMMIT PREPARED ran;
+#   6. a revoke committed while a connection that read the old row is held
+#      at wait point sequence-config-read (before it offers its copy);
+#   7. cutover_stop(), and a stop row restored by COPY: the next connection
+#      is refused;
+#   8. drop_sequence; DROP and CREATE EXTENSION with the same name started
+#      higher: the next connection draws from the new sequence;
+#   9. a transaction that altered the sequence draws from its own change.
+use strict;
+use warnings;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use ShardedSeq::Node;
+
+my $node = ssq_node('main', preload => 1, conf => "max_prepared_transactions = 5\n");
+worker_settled($node, 'stress');
+sub sql { return $node->safe_psql('stress', $_[0]); }
+
+sql(q{
+CREATE ROLE dir_app LOGIN;
+SELECT sharded_seq.create_sequence('d', block => 100);
+SELECT sharded_seq.grant_sequence('d', 'dir_app');
+});
+
+my $from_dir = qr/configuration of sharded sequence "d" taken from the directory/;
+
+# draw(ROLE): a new connection of ROLE draws one value of d; returns
+# (value or undef, stderr with the DEBUG1 lines)
+sub draw
+{
+	my ($role) = @_;
+	my ($out, $err) = ('', '');
+	$node->psql('stress', "SET client_min_messages = debug1; SELECT sharded_nextval('d')",
+		stdout => \$out, stderr => \$err, extra_params => [ '-U', $role ]);
+	return ($out =~ /^(\d+)$/m ? $1 : undef, $err);
+}
+
+# ---- 1. the copy is made and taken ----
+my ($v1, $e1) = draw('postgres');
+ok(defined $v1, 'a first connection draws');
+unlike($e1, $from_dir, '... reading the tables (nothing was copied since create_sequence)');
+my ($v2, $e2) = draw('dir_app');
+like($e2, $from_dir, 'the next connection takes the configuration from the directory');
+cmp_ok($v2, '>', $v1, '... and draws the next value');
+
+# ---- 2. revoke_sequence ----
+sql("SELECT sharded_seq.revoke_sequence('d', 'dir_app')");
+my ($v3, $e3) = draw('dir_app');
+ok(!defined $v3, 'after revoke_sequence, the revoked role is refused');
+like($e3, qr/permission denied/, '... with permission denied');
+
+# ---- 3. the acl by hand ----
+sql("SELECT sharded_seq.grant_sequence('d', 'dir_app')");
+draw('postgres');
+my (undef, $e4) = draw('dir_app');
+like($e4, $from_dir, 'granted again, the role draws through a new copy');
+sql("UPDATE sharded_seq.sequence_config SET acl = NULL WHERE name = 'd'");
+my ($v5, $e5) = draw('dir_app');
+ok(!defined $v5, 'an acl emptied by hand (UPDATE) is seen by the next connection');
+unlike($e5, $from_dir, '... which reads the tables');
+
+# ---- 4. the marking trigger disabled ----
+sql("SELECT sharded_seq.grant_sequence('d', 'dir_app')");
+sql("ALTER TABLE sharded_seq.sequence_config DISABLE TRIGGER sequence_arrived");
+draw('postgres');
+my ($v6, $e6) = draw('dir_app');
+ok(defined $v6, 'with the trigger disabled, the role still draws');
+unlike($e6, $from_dir, '... but no copy is made while the trigger is off');
+sql("UPDATE sharded_seq.sequence_config SET acl = NULL WHERE name = 'd'");
+my ($v7) = draw('dir_app');
+ok(!defined $v7, 'an UPDATE the disabled trigger did not mark is seen');
+sql("ALTER TABLE sharded_seq.sequence_config ENABLE ALWAYS TRIGGER sequence_arrived");
+sql("SELECT sharded_seq.grant_sequence('d', 'dir_app')");
+draw('postgres');
+my (undef, $e8) = draw('dir_app');
+like($e8, $from_dir, 'the trigger enabled again: copies are made again');
+
+# ---- 5. a prepared transaction ----
+sql("BEGIN; SELECT sharded_seq.revoke_sequence('d', 'dir_app'); PREPARE TRANSACTION 'dir_revoke'");
+draw('postgres');
+my ($v9, $e9) = draw('dir_app');
+ok(defined $v9, 'while the revoke is prepared, the role draws');
+like($e9, $from_dir, '... from a copy made after PREPARE');
+sql("COMMIT PREPARED 'dir_revoke'");
+my ($v10) = draw('dir_app');
+ok(!defined $v10, 'after COMMIT PREPARED, the revoked role is refused');
+
+# ---- 6. a change committed between a read and its copy ----
+sql("SELECT sharded_seq.grant_sequence('d', 'dir_app')");
+my $hold = wait_point_hold($node, 'stress', 'sequence-config-read');
+# the held connection is the revoked role: its call reads again after the
+# revoke's invalidation, and must not find the copy of its first read there
+my $reader = load_start($node, 'stress', 'reader', "SET ROLE dir_app;\nSELECT sharded_nextval('d');\n");
+wait_point_reached($node, 'stress', 'sequence-config-read');
+sql("SELECT sharded_seq.revoke_sequence('d', 'dir_app')");
+wait_point_release($hold);
+my ($reader_out, $reader_err) = load_finish($reader);
+like($reader_err->[0], qr/permission denied/, 'the held connection, let go after the revoke, is refused');
+my ($v11, $e11) = draw('dir_app');
+ok(!defined $v11, 'a read of the row before a revoke, offered after it, is not trusted');
+like($e11, qr/permission denied/, '... the revoked role is refused');
+sql("SELECT sharded_seq.grant_sequence('d', 'dir_app')");
+
+# ---- 7. cutover stops ----
+draw('postgres');
+my $system = sql("SELECT sharded_seq.cutover_stop()");
+my ($v12, $e12) = draw('postgres');
+ok(!defined $v12, 'after cutover_stop(), the next connection is refused');
+like($e12, qr/stopped by a cutover/, '... as stopped by a cutover');
+sql("SELECT sharded_seq.cutover_resume()");
+draw('postgres');
+my (undef, $e13) = draw('postgres');
+like($e13, $from_dir, 'resumed: copies again');
+sql("COPY sharded_seq.cutover_stops (system_identifier) FROM PROGRAM 'echo $system'");
+my ($v14) = draw('postgres');
+ok(!defined $v14, 'a stop row restored by COPY is seen by the next connection');
+sql("SELECT sharded_seq.cutover_resume()");
+
+# ---- 8. drops ----
+draw('postgres');
+sql("SELECT sharded_seq.drop_sequence('d')");
+my ($v15, $e15) = draw('postgres');
+ok(!defined $v15, 'after drop_sequence, the next connection finds no sequence');
+like($e15, qr/does not exist/, '... and says so');
+sql("SELECT sharded_seq.create_sequence('d', block => 100)");
+draw('postgres');
+my ($v16, $e16) = draw('postgres');
+like($e16, $from_dir, 'made again, it is copied again');
+sql("DROP EXTENSION sharded_seq CASCADE; CREATE EXTENSION sharded_seq");
+sql("SELECT sharded_seq.create_sequence('d', block => 100, start => 50000000)");
+my ($v17) = draw('postgres');
+cmp_ok($v17, '>=', 50000000, 'after DROP and CREATE EXTENSION, the new sequence is drawn');
+my ($v18, $e18) = draw('postgres');
+cmp_ok($v18, '>', $v17, '... by the next connection too');
+like($e18, $from_dir, '... through a copy of the new installation');
+
+# ---- 9. a transaction's own change ----
+my $hw = sql("SELECT reserved_high_water FROM sharded_seq.sequences WHERE name = 'd'");
+my $own = sql("BEGIN; SELECT sharded_seq.alter_sequence('d', block => 10);
+	SELECT sharded_nextval('d'); COMMIT");
+cmp_ok($own, '>', $hw, 'a transaction that altered the sequence draws from the new generation');
+
+done_testing();
