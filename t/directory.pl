@@ -11,8 +11,11 @@
 #   5. a revoke in a prepared transaction: seen once COMMIT PREPARED ran;
 #   6. a revoke committed while a connection that read the old row is held
 #      at wait point sequence-config-read (before it offers its copy);
-#   7. cutover_stop(), and a stop row restored by COPY: the next connection
-#      is refused;
+#   7. cutover_stop(), a stop row restored by COPY or inserted by hand: the
+#      next connection is refused; a configuration row deleted by hand; a
+#      base moved by hand with the trigger off, under one session's node
+#      reservations; sequence_arrived replaced by a function that marks
+#      nothing;
 #   8. drop_sequence; DROP and CREATE EXTENSION with the same name started
 #      higher: the next connection draws from the new sequence;
 #   9. a transaction that altered the sequence draws from its own change.
@@ -127,6 +130,47 @@ sql("COPY sharded_seq.cutover_stops (system_identifier) FROM PROGRAM 'echo $syst
 my ($v14) = draw('postgres');
 ok(!defined $v14, 'a stop row restored by COPY is seen by the next connection');
 sql("SELECT sharded_seq.cutover_resume()");
+draw('postgres');
+sql("INSERT INTO sharded_seq.cutover_stops (system_identifier) VALUES ('$system')");
+my ($v14b, $e14b) = draw('postgres');
+ok(!defined $v14b, 'a stop row inserted by hand is seen by the next connection');
+like($e14b, qr/stopped by a cutover/, '... which is refused');
+sql("SELECT sharded_seq.cutover_resume()");
+
+# ---- 7b. a row deleted by hand, and an unmarked change under a node reservation ----
+sql("SELECT sharded_seq.create_sequence('gone', block => 100)");
+sql("SELECT sharded_nextval('gone')");
+sql("SELECT sharded_nextval('gone')");
+sql("DELETE FROM sharded_seq.sequence_config WHERE name = 'gone'");
+my ($gone_out, $gone_err) = ('', '');
+$node->psql('stress', "SELECT sharded_nextval('gone')", stdout => \$gone_out, stderr => \$gone_err);
+like($gone_err, qr/does not exist/, 'a configuration row deleted by hand is seen by the next connection');
+# the trigger off: a change by hand marks nothing; one session reserves
+# node blocks before and after it, and must not keep what it read before
+sql("SELECT sharded_seq.create_sequence('f', block => 10)");
+sql("ALTER TABLE sharded_seq.sequence_config DISABLE TRIGGER sequence_arrived");
+my ($f_count, $f_max) = split /\n/, sql(q{
+SELECT count(sharded_nextval('f')) FROM generate_series(1, 60);
+UPDATE sharded_seq.sequence_config SET base = base + 1000000 WHERE name = 'f';
+SELECT max(v) FROM (SELECT sharded_nextval('f') AS v FROM generate_series(1, 60)) x;
+});
+cmp_ok($f_max, '>=', 1000000,
+	'with the trigger off, a base moved by hand is read again by the next node reservation');
+sql("ALTER TABLE sharded_seq.sequence_config ENABLE ALWAYS TRIGGER sequence_arrived");
+
+# ---- 7c. a trigger function replaced by one that marks nothing ----
+draw('postgres');
+my (undef, $e_rep) = draw('dir_app');
+like($e_rep, $from_dir, 'before the replacement, the role draws through a copy');
+sql(q{CREATE OR REPLACE FUNCTION sharded_seq.sequence_arrived() RETURNS trigger
+	LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'});
+draw('postgres');
+sql("UPDATE sharded_seq.sequence_config SET acl = NULL WHERE name = 'd'");
+my ($v_rep) = draw('dir_app');
+ok(!defined $v_rep, 'with sequence_arrived replaced, an acl emptied by hand is still seen');
+sql(q{CREATE OR REPLACE FUNCTION sharded_seq.sequence_arrived() RETURNS trigger
+	LANGUAGE C AS '$libdir/sharded_seq', 'sequence_arrived'});
+sql("SELECT sharded_seq.grant_sequence('d', 'dir_app')");
 
 # ---- 8. drops ----
 draw('postgres');

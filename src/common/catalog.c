@@ -12,6 +12,8 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -257,7 +259,7 @@ CounterSetsStored(void)
  * relname in the extension's schema, or InvalidOid when the extension is not
  * installed.  Never raises an error.
  */
-static Oid
+Oid
 InstalledRelid(const char *relname)
 {
 	Oid			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
@@ -349,8 +351,10 @@ ChangesOwnTable(Node *stmt, const char *relname)
 /*
  * May this command change sequence configuration without a mark of its own
  * (common/config_word.c)?  What ChangesOwnTable says of sequence_config,
- * COPY into a table of ours (cutover_stops has no trigger), CREATE
- * EXTENSION, and COMMIT PREPARED (its changes become visible).
+ * sequence_shards and cutover_stops; COPY into a table of ours; CREATE
+ * EXTENSION; a change of triggers or functions (ours among them: a
+ * replaced trigger function would mark nothing); and COMMIT PREPARED (its
+ * changes become visible).  Errs on the side of yes.
  */
 bool
 ChangesSequenceConfig(Node *stmt)
@@ -358,43 +362,80 @@ ChangesSequenceConfig(Node *stmt)
 	Oid			namespace;
 	Oid			relid;
 
-	if (IsA(stmt, TransactionStmt))
-		return ((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
-	if (IsA(stmt, CreateExtensionStmt))
-		return strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0;
-	if (IsA(stmt, CopyStmt))
+	switch (nodeTag(stmt))
 	{
-		if (!((CopyStmt *) stmt)->is_from)
-			return false;
-		relid = RelidOf(((CopyStmt *) stmt)->relation);
-		namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
-		return OidIsValid(relid) && OidIsValid(namespace) && get_rel_namespace(relid) == namespace;
+		case T_TransactionStmt:
+			return ((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
+		case T_CreateExtensionStmt:
+			return strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0;
+		case T_CopyStmt:
+			if (!((CopyStmt *) stmt)->is_from)
+				return false;
+			relid = RelidOf(((CopyStmt *) stmt)->relation);
+			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+			return OidIsValid(relid) && OidIsValid(namespace) && get_rel_namespace(relid) == namespace;
+		case T_CreateTrigStmt:
+		case T_CreateFunctionStmt:
+		case T_AlterFunctionStmt:
+		case T_RenameStmt:
+		case T_AlterObjectSchemaStmt:
+			return true;
+		case T_DropStmt:
+			switch (((DropStmt *) stmt)->removeType)
+			{
+				case OBJECT_FUNCTION:
+				case OBJECT_PROCEDURE:
+				case OBJECT_ROUTINE:
+					return true;
+				default:
+					break;
+			}
+			break;
+		default:
+			break;
 	}
-	return ChangesOwnTable(stmt, "sequence_config");
+	return ChangesOwnTable(stmt, "sequence_config") || ChangesOwnTable(stmt, "sequence_shards") ||
+		ChangesOwnTable(stmt, "cutover_stops");
+}
+
+/* The language of function funcid, or InvalidOid if it is gone. */
+static Oid
+FunctionLanguage(Oid funcid)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	Oid			lang;
+
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	lang = ((Form_pg_proc) GETSTRUCT(tup))->prolang;
+	ReleaseSysCache(tup);
+	return lang;
 }
 
 /*
- * Is a trigger of ours that calls function in place on relid, as snapshot
- * sees pg_trigger: enabled ALWAYS, for every row (row) or statement (!row),
- * on every event of events (TRIGGER_TYPE_INSERT, ...), with no column list
- * and no WHEN?  A disabled one, as pg_restore --disable-triggers leaves it
- * for a moment, hides writes from the marks it makes.
+ * The events that triggers of ours calling function cover on relid, as
+ * snapshot sees pg_trigger: for each row (*row) and for each statement
+ * (*stmt), as TRIGGER_TYPE_INSERT etc.  Only a trigger enabled ALWAYS, with
+ * no column list and no WHEN, whose function is the extension's C function
+ * of that name, counts: a disabled one, as pg_restore --disable-triggers
+ * leaves it for a moment, hides writes from the marks it makes.
  */
-bool
-TriggerInPlace(Oid relid, const char *function, Snapshot snapshot, bool row, int16 events)
+void
+OwnTriggerEvents(Oid relid, const char *function, Snapshot snapshot, int16 *row, int16 *stmt)
 {
 	Relation	trigrel;
 	SysScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tup;
-	bool		found = false;
 	Oid			namespace = ConfigNamespace();
 
+	*row = 0;
+	*stmt = 0;
 	trigrel = table_open(TriggerRelationId, AccessShareLock);
 	ScanKeyInit(&key, Anum_pg_trigger_tgrelid, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(relid));
 	scan = systable_beginscan(trigrel, TriggerRelidNameIndexId, true, snapshot, 1, &key);
-	while (!found && HeapTupleIsValid(tup = systable_getnext(scan)))
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
 		Form_pg_trigger t = (Form_pg_trigger) GETSTRUCT(tup);
 		char	   *fname;
@@ -402,14 +443,18 @@ TriggerInPlace(Oid relid, const char *function, Snapshot snapshot, bool row, int
 		if (t->tgenabled != TRIGGER_FIRES_ALWAYS || t->tgattr.dim1 != 0 ||
 			!heap_attisnull(tup, Anum_pg_trigger_tgqual, RelationGetDescr(trigrel)) ||
 			get_func_namespace(t->tgfoid) != namespace ||
-			(TRIGGER_FOR_ROW(t->tgtype) != 0) != row || (t->tgtype & events) != events)
+			FunctionLanguage(t->tgfoid) != ClanguageId)
 			continue;
 		fname = get_func_name(t->tgfoid);
-		found = fname != NULL && strcmp(fname, function) == 0;
+		if (fname == NULL || strcmp(fname, function) != 0)
+			continue;
+		if (TRIGGER_FOR_ROW(t->tgtype))
+			*row |= t->tgtype;
+		else
+			*stmt |= t->tgtype;
 	}
 	systable_endscan(scan);
 	table_close(trigrel, AccessShareLock);
-	return found;
 }
 
 /*
@@ -420,10 +465,12 @@ TriggerInPlace(Oid relid, const char *function, Snapshot snapshot, bool row, int
 bool
 ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot)
 {
-	return TriggerInPlace(shards_relid, "rows_changed_elsewhere", snapshot, true,
-						  TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE) &&
-		TriggerInPlace(shards_relid, "rows_changed_elsewhere", snapshot, false,
-					   TRIGGER_TYPE_TRUNCATE);
+	int16		row;
+	int16		stmt;
+	int16		rows = TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE;
+
+	OwnTriggerEvents(shards_relid, "rows_changed_elsewhere", snapshot, &row, &stmt);
+	return (row & rows) == rows && (stmt & TRIGGER_TYPE_TRUNCATE) != 0;
 }
 
 /*
@@ -445,6 +492,12 @@ static const struct
 	{"node_claims", "claims_changed", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
 	{"counter_config", "config_replicated", TRIGGER_FIRES_ON_REPLICA, "REPLICA"},
 	{"sequence_config", "sequence_arrived", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"sequence_config", "config_deleted", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"sequence_config", "config_truncated", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"sequence_shards", "shards_changed", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"sequence_shards", "shards_truncated", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"cutover_stops", "stops_changed", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
+	{"cutover_stops", "stops_truncated", TRIGGER_FIRES_ALWAYS, "ALWAYS"},
 };
 
 /* Is stmt an ALTER TABLE of a table of the extension's?  Never raises an error. */

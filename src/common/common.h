@@ -97,6 +97,7 @@ extern void ValidateShards(int shards, ObjectKind kind);
 extern void ValidateBlock(int block);
 extern Oid	ExtensionOwner(void);
 extern Oid	ConfigRelid(const char *relname);
+extern Oid	InstalledRelid(const char *relname);
 extern bool ShardLayoutsStored(void);
 extern bool AdaptiveCountersStored(void);
 extern bool WriteBehindModesSplit(void);
@@ -106,8 +107,8 @@ extern bool NodeCacheStored(void);
 extern bool CounterSetsStored(void);
 extern bool ChangesOwnTable(Node *stmt, const char *relname);
 extern bool ChangesSequenceConfig(Node *stmt);
-extern bool TriggerInPlace(Oid relid, const char *function, Snapshot snapshot,
-						   bool row, int16 events);
+extern void OwnTriggerEvents(Oid relid, const char *function, Snapshot snapshot,
+							 int16 *row, int16 *stmt);
 extern bool ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot);
 extern bool AltersOwnTable(Node *stmt);
 extern void RestoreTriggerModes(void);
@@ -196,6 +197,7 @@ extern Size ConfigWordShmemSize(void);
 extern void ConfigWordShmemInit(void);
 extern void ConfigChanging(void);
 extern bool ConfigWordSettled(uint64 *word);
+extern bool ConfigWatched(Snapshot snapshot);
 
 /* catalog.c, continued */
 extern void AnnounceConfigChange(const char *relname);

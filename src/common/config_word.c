@@ -14,16 +14,14 @@
  *
  * Who marks (ConfigChanging): every announcement of a change
  * (AnnounceConfigChange, catalog.c: the administrative functions); every row
- * written to sequence_config, by anyone (its ALWAYS trigger
- * sequence_arrived: SQL by hand, logical replication's apply worker, a
- * restore's COPY); and the utility hook (worker/hooks.c) before a command
- * that may hide such a write or replace the tables (ChangesOwnTable,
- * catalog.c), COPY into a table of ours, and COMMIT PREPARED.  A copy is
- * made only while that trigger is in place (sequence/directory.c), and
- * never on a standby: replay marks nothing.  Not covered: a row DELETEd by
- * hand (the trigger fires on INSERT and UPDATE), seen when the word next
- * moves, as sessions that cached the row see it at their next relcache
- * invalidation.
+ * written to sequence_config, sequence_shards and cutover_stops and every
+ * TRUNCATE of them, by anyone (their ALWAYS triggers sequence_arrived and
+ * config_changed: SQL by hand, logical replication's apply worker, a
+ * restore), which also send a relcache invalidation; and the utility hook
+ * (worker/hooks.c) before a command that may hide such a write or replace
+ * the tables or their trigger functions (ChangesSequenceConfig, catalog.c),
+ * and COMMIT PREPARED.  A copy is made or kept only while those triggers are
+ * in place (ConfigWatched), and never on a standby: replay marks nothing.
  *
  * Lock-free: the word is an atomic; Changing is this backend's own.
  */
@@ -31,9 +29,14 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
+#include "utils/inval.h"
+#include "utils/snapmgr.h"
 
 #include "common/common.h"
 
@@ -133,4 +136,67 @@ ConfigWordSettled(uint64 *word)
 		return false;
 	*word = w;
 	return true;
+}
+
+/*
+ * Are the triggers that mark every write of sequence configuration in
+ * place, as snapshot sees pg_trigger (1.7)?  While they are, and the word
+ * has not moved, nothing in sequence_config, sequence_shards or
+ * cutover_stops changed.
+ */
+bool
+ConfigWatched(Snapshot snapshot)
+{
+	static const struct
+	{
+		const char *table;
+		const char *function;
+		int16		row_events;
+		int16		stmt_events;
+	}			watches[] =
+	{
+		{"sequence_config", "sequence_arrived", TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE, 0},
+		{"sequence_config", "config_changed", TRIGGER_TYPE_DELETE, TRIGGER_TYPE_TRUNCATE},
+		{"sequence_shards", "config_changed",
+		TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE, TRIGGER_TYPE_TRUNCATE},
+		{"cutover_stops", "config_changed",
+		TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE, TRIGGER_TYPE_TRUNCATE},
+	};
+
+	for (int i = 0; i < lengthof(watches); i++)
+	{
+		Oid			relid = InstalledRelid(watches[i].table);
+		int16		row;
+		int16		stmt;
+
+		if (!OidIsValid(relid))
+			return false;
+		OwnTriggerEvents(relid, watches[i].function, snapshot, &row, &stmt);
+		if ((row & watches[i].row_events) != watches[i].row_events ||
+			(stmt & watches[i].stmt_events) != watches[i].stmt_events)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Fired by every row written to sequence_shards and cutover_stops, deleted
+ * from sequence_config, and by a TRUNCATE of the three (1.7, ENABLE
+ * ALWAYS): the change is marked, and this server's sessions are told at
+ * commit.
+ */
+PG_FUNCTION_INFO_V1(config_changed);
+Datum
+config_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("sharded_seq.config_changed() must be called as a trigger"),
+				 errhint("It is fired by writes to the tables of sequence configuration; do not call it directly.")));
+	ConfigChanging();
+	CacheInvalidateRelcache(trigdata->tg_relation);
+	return PointerGetDatum(NULL);
 }

@@ -45,7 +45,6 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "common/hashfn.h"
@@ -239,8 +238,9 @@ TakeObject(SeqEntry *entry, Oid config_relid, int32 id)
  * Offer a configuration just read to the directory (directory.c), if it is
  * one a session may draw by without reading the tables: a node-cached
  * database-tier sequence with nothing uncommitted of ours in it, the
- * marking trigger in place and this server not stopped by a cutover, both as
- * a snapshot taken after the config word was seen settled at word sees them.
+ * marking triggers in place (ConfigWatched) and this server not stopped by a
+ * cutover, both as a snapshot taken after the config word was seen settled
+ * at word sees them.
  */
 static void
 OfferToDirectory(SeqEntry *entry, uint64 word, Snapshot snapshot)
@@ -253,8 +253,7 @@ OfferToDirectory(SeqEntry *entry, uint64 word, Snapshot snapshot)
 		return;
 	if (entry->acl && VARSIZE(entry->acl) > DIRECTORY_ACL_BYTES)
 		return;
-	if (!TriggerInPlace(entry->config_relid, "sequence_arrived", snapshot, true,
-						TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE))
+	if (!ConfigWatched(snapshot))
 		return;
 	if (CutoverStopsStored() && CutoverRowFor(CutoverSystemText(), NULL))
 		return;

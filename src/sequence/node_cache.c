@@ -545,14 +545,16 @@ PositionsUnknown(HeapTuple tup, ConfigPlaces *places, TupleDesc desc)
  * in force, before it returns.
  */
 /*
- * What the last CarveNodeBlock of this backend read, under the draw lock:
- * while ConfigEpoch has not moved (taking the draw lock reads pending
- * invalidations, and every change of the row sends one), it is still the
- * generation in force, and the next reservation skips the read.
+ * What the last CarveNodeBlock of this backend read, under the draw lock,
+ * with a snapshot taken after the config word was seen settled and while
+ * the triggers that mark every write were in place (ConfigWatched): while
+ * the word has not moved, no configuration changed, and the next
+ * reservation skips the read.
  */
 static struct
 {
-	uint64		epoch;			/* 0: nothing seen */
+	bool		valid;
+	uint64		word;			/* the config word it was read under */
 	Oid			config_relid;
 	int32		id;
 	char		name[NAMEDATALEN];
@@ -585,7 +587,9 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 	SysScanDesc scan;
 	HeapTuple	tup;
 	uint32		stamp = SyncStamp();
-	uint64		epoch;
+	uint64		word = 0;
+	bool		settled;
+	bool		keep;
 
 	if (conditional)
 	{
@@ -597,8 +601,8 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 
 	/* what a change committed before we got the lock sent */
 	AcceptInvalidationMessages();
-	if (Seen.epoch == ConfigEpoch && Seen.config_relid == config_relid && Seen.id == id &&
-		!CutoverStopped())
+	if (Seen.valid && ConfigWordSettled(&word) && word == Seen.word &&
+		Seen.config_relid == config_relid && Seen.id == id && !CutoverStopped())
 	{
 		strlcpy(name, Seen.name, sizeof(name));
 		generation = Seen.generation;
@@ -607,8 +611,8 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 		block = Seen.block;
 		goto reserve;
 	}
-	Seen.epoch = 0;
-	epoch = ConfigEpoch;
+	Seen.valid = false;
+	settled = ConfigWordSettled(&word);
 
 	/* straight from the tables, as the session's load is (engine.c) */
 	config = table_open(config_relid, AccessShareLock);
@@ -648,6 +652,8 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 		systable_endscan(shard_scan);
 	}
 	systable_endscan(scan);
+	/* a change of our own transaction, if any, keeps the word unsettled */
+	keep = ok && settled && ConfigWatched(snapshot);
 	UnregisterSnapshot(snapshot);
 	table_close(shards_rel, AccessShareLock);
 	table_close(config, AccessShareLock);
@@ -656,14 +662,18 @@ CarveNodeBlock(Oid config_relid, int32 id, bool conditional, NodeBlock *out)
 		UnlockDatabaseObject(config_relid, id, 0, ShareLock);
 		return false;
 	}
-	Seen.config_relid = config_relid;
-	Seen.id = id;
-	strlcpy(Seen.name, name, sizeof(Seen.name));
-	Seen.generation = generation;
-	Seen.base = base;
-	Seen.shards = shards;
-	Seen.block = block;
-	Seen.epoch = epoch;
+	if (keep)
+	{
+		Seen.config_relid = config_relid;
+		Seen.id = id;
+		strlcpy(Seen.name, name, sizeof(Seen.name));
+		Seen.generation = generation;
+		Seen.base = base;
+		Seen.shards = shards;
+		Seen.block = block;
+		Seen.word = word;
+		Seen.valid = true;
+	}
 
 reserve:
 	relid = LowestNextShard(id, generation, shards, &shard);

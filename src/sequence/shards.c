@@ -222,12 +222,13 @@ ShardNextK(Oid relid)
 
 /*
  * The shards of the generation the last LowestNextShard looked at, in shard
- * order.  A generation's shards never change once made; a drop of one sends
- * a relcache invalidation, which moves ConfigEpoch: the list is read again.
+ * order, kept while the config word has not moved since they were read with
+ * the triggers that mark every write in place (common/config_word.c).
  */
 static struct
 {
-	uint64		epoch;			/* ConfigEpoch when read; 0: nothing kept */
+	bool		valid;
+	uint64		word;			/* the config word they were read under */
 	Oid			config;
 	int32		seq_id;
 	int32		generation;
@@ -246,12 +247,14 @@ ReadShardList(int32 seq_id, int32 generation, int32 shards)
 	ScanKeyData key[2];
 	SysScanDesc scan;
 	HeapTuple	tup;
-	uint64		epoch;
+	uint64		word = 0;
+	bool		settled;
+	bool		keep;
 	Oid		   *relids = MemoryContextAllocZero(TopMemoryContext, sizeof(Oid) * Max(shards, 1));
 	int32		n = 0;
 
-	AcceptInvalidationMessages();
-	epoch = ConfigEpoch;
+	ShardList.valid = false;
+	settled = ConfigWordSettled(&word);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	ScanKeyInit(&key[0], places->s_seq_id, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(seq_id));
 	ScanKeyInit(&key[1], places->s_generation, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(generation));
@@ -269,6 +272,8 @@ ReadShardList(int32 seq_id, int32 generation, int32 shards)
 		n++;
 	}
 	systable_endscan(scan);
+	/* a change of our own transaction, if any, keeps the word unsettled */
+	keep = settled && ConfigWatched(snapshot);
 	UnregisterSnapshot(snapshot);
 	table_close(shards_rel, AccessShareLock);
 	table_close(config, AccessShareLock);
@@ -289,7 +294,8 @@ ReadShardList(int32 seq_id, int32 generation, int32 shards)
 	ShardList.config = ConfigRelid("sequence_config");
 	ShardList.seq_id = seq_id;
 	ShardList.generation = generation;
-	ShardList.epoch = epoch;
+	ShardList.word = word;
+	ShardList.valid = keep;
 }
 
 /*
@@ -301,18 +307,18 @@ ReadShardList(int32 seq_id, int32 generation, int32 shards)
  * it alone draws (node_cache.c).  Call under the draw lock and the node
  * cache's reservation lock: no shard moves meanwhile, and no layout change
  * retires the generation.  Reads the shards' pages directly: no SQL; the
- * list of shards is read once per generation and ConfigEpoch.
+ * list of shards is read again only when the config word moved.
  */
 Oid
 LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard)
 {
 	Oid			best_relid = InvalidOid;
 	int128		best = 0;
+	uint64		word;
 
-	AcceptInvalidationMessages();
-	if (ShardList.epoch != ConfigEpoch || ShardList.seq_id != seq_id ||
-		ShardList.generation != generation || ShardList.n != shards ||
-		ShardList.config != ConfigRelid("sequence_config"))
+	if (!ShardList.valid || !ConfigWordSettled(&word) || word != ShardList.word ||
+		ShardList.seq_id != seq_id || ShardList.generation != generation ||
+		ShardList.n != shards || ShardList.config != ConfigRelid("sequence_config"))
 		ReadShardList(seq_id, generation, shards);
 	for (int32 s = 0; s < shards; s++)
 	{
