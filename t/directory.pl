@@ -8,14 +8,17 @@
 #   3. the acl changed by hand (UPDATE, the trigger marks it);
 #   4. the marking trigger disabled: no copy is made, and a hand UPDATE made
 #      while it is off is seen;
-#   5. a revoke in a prepared transaction: seen once COMMIT PREPARED ran;
+#   5. a revoke in a prepared transaction: no copy is trusted while it is
+#      prepared, and it is seen once COMMIT PREPARED ran;
 #   6. a revoke committed while a connection that read the old row is held
 #      at wait point sequence-config-read (before it offers its copy);
 #   7. cutover_stop(), a stop row restored by COPY or inserted by hand: the
 #      next connection is refused; a configuration row deleted by hand; a
 #      base moved by hand with the trigger off, under one session's node
 #      reservations; sequence_arrived replaced by a function that marks
-#      nothing;
+#      nothing, config_changed bound to another C symbol; a change in flight
+#      (no copy trusted) and DDL of other objects left open (copies go on);
+#      a stop row committed by a two-phase subscription's apply worker;
 #   8. drop_sequence; DROP and CREATE EXTENSION with the same name started
 #      higher: the next connection draws from the new sequence;
 #   9. a transaction that altered the sequence draws from its own change.
@@ -95,7 +98,7 @@ sql("BEGIN; SELECT sharded_seq.revoke_sequence('d', 'dir_app'); PREPARE TRANSACT
 draw('postgres');
 my ($v9, $e9) = draw('dir_app');
 ok(defined $v9, 'while the revoke is prepared, the role draws');
-like($e9, $from_dir, '... from a copy made after PREPARE');
+unlike($e9, $from_dir, '... reading the tables: a prepared change keeps every copy untrusted');
 sql("COMMIT PREPARED 'dir_revoke'");
 my ($v10) = draw('dir_app');
 ok(!defined $v10, 'after COMMIT PREPARED, the revoked role is refused');
@@ -171,6 +174,61 @@ ok(!defined $v_rep, 'with sequence_arrived replaced, an acl emptied by hand is s
 sql(q{CREATE OR REPLACE FUNCTION sharded_seq.sequence_arrived() RETURNS trigger
 	LANGUAGE C AS '$libdir/sharded_seq', 'sequence_arrived'});
 sql("SELECT sharded_seq.grant_sequence('d', 'dir_app')");
+
+# ---- 7d. a trigger function that is not ours; a change in flight; DDL of others ----
+sql(q{CREATE OR REPLACE FUNCTION sharded_seq.config_changed() RETURNS trigger
+	LANGUAGE C AS '$libdir/sharded_seq', 'sequence_arrived'});
+draw('postgres');
+my (undef, $e_sym) = draw('postgres');
+unlike($e_sym, $from_dir, 'config_changed bound to another C symbol: no copy is made');
+sql(q{CREATE OR REPLACE FUNCTION sharded_seq.config_changed() RETURNS trigger
+	LANGUAGE C AS '$libdir/sharded_seq', 'config_changed'});
+draw('postgres');
+my $open = $node->background_psql('stress');
+$open->query_safe("BEGIN");
+$open->query_safe("SELECT sharded_seq.grant_sequence('d', 'public')");
+my ($v_open, $e_open) = draw('postgres');
+ok(defined $v_open, 'while a grant is in flight, a new connection draws');
+unlike($e_open, $from_dir, '... reading the tables (no copy is trusted while a change is open)');
+$open->query_safe("ROLLBACK");
+draw('postgres');
+$open->query_safe("BEGIN");
+$open->query_safe("CREATE TABLE dir_other (i int); CREATE FUNCTION dir_other_f() RETURNS int LANGUAGE sql AS 'SELECT 1'");
+my (undef, $e_other) = draw('postgres');
+like($e_other, $from_dir, 'DDL of other objects left open does not stop the copies');
+$open->query_safe("COMMIT");
+$open->quit;
+
+# ---- 7e. a stop row from a two-phase subscription ----
+# the apply worker runs COMMIT PREPARED without the utility hook: the
+# prepared transaction keeps the config lock its trigger took
+my $pub = ssq_node('pub', preload => 0, allows_streaming => 'logical',
+	conf => "max_prepared_transactions = 5\n", db => 'app');
+$pub->safe_psql('app', "CREATE PUBLICATION dir_pub FOR TABLE sharded_seq.cutover_stops");
+sql("CREATE SUBSCRIPTION dir_sub CONNECTION '" . $pub->connstr . " dbname=app' PUBLICATION dir_pub
+	WITH (two_phase = true)");
+$node->poll_query_until('stress', "SELECT count(*) = 0 FROM pg_subscription_rel WHERE srsubstate <> 'r'")
+  or die 'the subscription did not sync';
+$node->poll_query_until('stress', "SELECT subtwophasestate = 'e' FROM pg_subscription WHERE subname = 'dir_sub'")
+  or die 'two-phase was not enabled';
+my $main_system = sql("SELECT system_identifier FROM pg_control_system()");
+draw('postgres');
+$pub->safe_psql('app', "BEGIN; INSERT INTO sharded_seq.cutover_stops (system_identifier) VALUES ('$main_system');
+	PREPARE TRANSACTION 'dir_stop'");
+$node->poll_query_until('stress', "SELECT count(*) = 1 FROM pg_prepared_xacts")
+  or die 'the prepared stop did not arrive';
+my ($v_prep, $e_prep) = draw('postgres');
+ok(defined $v_prep, 'while the stop is prepared here, a new connection draws');
+unlike($e_prep, $from_dir, '... reading the tables');
+$pub->safe_psql('app', "COMMIT PREPARED 'dir_stop'");
+$node->poll_query_until('stress', "SELECT count(*) = 1 FROM sharded_seq.cutover_stops")
+  or die 'the stop did not arrive';
+my ($v_2pc, $e_2pc) = draw('postgres');
+ok(!defined $v_2pc, 'a stop row committed by a two-phase subscription is seen by the next connection');
+like($e_2pc, qr/stopped by a cutover/, '... which is refused');
+sql("DROP SUBSCRIPTION dir_sub");
+sql("SELECT sharded_seq.cutover_resume()");
+$pub->stop;
 
 # ---- 8. drops ----
 draw('postgres');

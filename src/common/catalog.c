@@ -20,6 +20,8 @@
 #include "commands/defrem.h"
 #include "commands/trigger.h"
 #include "nodes/parsenodes.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
 #include "utils/fmgroids.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -348,68 +350,206 @@ ChangesOwnTable(Node *stmt, const char *relname)
 	return true;
 }
 
+/* Is namespace the extension's schema?  Never raises an error. */
+static bool
+IsOurNamespace(Oid namespace)
+{
+	return OidIsValid(namespace) && namespace == get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
+}
+
+static bool
+IsOurRelation(RangeVar *rv)
+{
+	Oid			relid = RelidOf(rv);
+
+	return OidIsValid(relid) && IsOurNamespace(get_rel_namespace(relid));
+}
+
+static bool
+IsOurFunction(ObjectType type, ObjectWithArgs *func)
+{
+	Oid			funcid = LookupFuncWithArgs(type, func, true);
+
+	return OidIsValid(funcid) && IsOurNamespace(get_func_namespace(funcid));
+}
+
+/* Does a DROP name an object in (or the whole of) the extension's schema? */
+static bool
+DropsOurs(DropStmt *stmt)
+{
+	ListCell   *lc;
+
+	foreach(lc, stmt->objects)
+	{
+		Node	   *object = lfirst(lc);
+
+		switch (stmt->removeType)
+		{
+			case OBJECT_EXTENSION:
+			case OBJECT_SCHEMA:
+				if (strcmp(strVal(object), stmt->removeType == OBJECT_EXTENSION ?
+						   "sharded_seq" : SHARDED_SEQ_SCHEMA) == 0)
+					return true;
+				break;
+			case OBJECT_TABLE:
+			case OBJECT_SEQUENCE:
+				if (IsOurRelation(makeRangeVarFromNameList(castNode(List, object))))
+					return true;
+				break;
+			case OBJECT_TRIGGER:
+			case OBJECT_RULE:
+				/* the table's name, then the trigger's */
+				if (IsOurRelation(makeRangeVarFromNameList(list_truncate(list_copy(castNode(List, object)),
+																		 list_length(castNode(List, object)) - 1))))
+					return true;
+				break;
+			case OBJECT_FUNCTION:
+			case OBJECT_PROCEDURE:
+			case OBJECT_ROUTINE:
+				if (IsOurFunction(stmt->removeType, castNode(ObjectWithArgs, object)))
+					return true;
+				break;
+			default:
+				return false;
+		}
+	}
+	return false;
+}
+
 /*
- * May this command change sequence configuration without a mark of its own
- * (common/config_word.c)?  What ChangesOwnTable says of sequence_config,
- * sequence_shards and cutover_stops; COPY into a table of ours; CREATE
- * EXTENSION; a change of triggers or functions (ours among them: a
- * replaced trigger function would mark nothing); and COMMIT PREPARED (its
- * changes become visible).  Errs on the side of yes.
+ * May this command change sequence configuration without marks of its own
+ * (common/config_word.c)?  A command on a table of ours that could hide a
+ * write from their triggers or replace the table (ALTER TABLE, TRUNCATE,
+ * CLUSTER, VACUUM FULL, DROP, a trigger or rule made or renamed), a
+ * change of a function of ours (a replaced trigger function marks
+ * nothing), COPY into a table of ours, and CREATE, ALTER and DROP
+ * EXTENSION.  Commands on other objects are left alone, so that no role
+ * can hold every copy stale with a transaction left open after DDL of its
+ * own.  Never raises an error of its own.
  */
 bool
 ChangesSequenceConfig(Node *stmt)
 {
-	Oid			namespace;
-	Oid			relid;
+	ListCell   *lc;
 
 	switch (nodeTag(stmt))
 	{
-		case T_TransactionStmt:
-			return ((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
 		case T_CreateExtensionStmt:
 			return strcmp(((CreateExtensionStmt *) stmt)->extname, "sharded_seq") == 0;
+		case T_AlterExtensionStmt:
+			return strcmp(((AlterExtensionStmt *) stmt)->extname, "sharded_seq") == 0;
+		case T_AlterExtensionContentsStmt:
+			return strcmp(((AlterExtensionContentsStmt *) stmt)->extname, "sharded_seq") == 0;
 		case T_CopyStmt:
-			if (!((CopyStmt *) stmt)->is_from)
-				return false;
-			relid = RelidOf(((CopyStmt *) stmt)->relation);
-			namespace = get_namespace_oid(SHARDED_SEQ_SCHEMA, true);
-			return OidIsValid(relid) && OidIsValid(namespace) && get_rel_namespace(relid) == namespace;
-		case T_CreateTrigStmt:
-		case T_CreateFunctionStmt:
-		case T_AlterFunctionStmt:
-		case T_RenameStmt:
-		case T_AlterObjectSchemaStmt:
-			return true;
-		case T_DropStmt:
-			switch (((DropStmt *) stmt)->removeType)
-			{
-				case OBJECT_FUNCTION:
-				case OBJECT_PROCEDURE:
-				case OBJECT_ROUTINE:
+			return ((CopyStmt *) stmt)->is_from && IsOurRelation(((CopyStmt *) stmt)->relation);
+		case T_AlterTableStmt:
+			return IsOurRelation(((AlterTableStmt *) stmt)->relation);
+		case T_TruncateStmt:
+			/* no table of ours references another: a cascade reaches none */
+			foreach(lc, ((TruncateStmt *) stmt)->relations)
+				if (IsOurRelation(lfirst_node(RangeVar, lc)))
 					return true;
-				default:
-					break;
+			return false;
+		case T_ClusterStmt:
+			return ((ClusterStmt *) stmt)->relation == NULL ||
+				IsOurRelation(((ClusterStmt *) stmt)->relation);
+		case T_VacuumStmt:
+			if (!VacuumFull((VacuumStmt *) stmt))
+				return false;
+			if (((VacuumStmt *) stmt)->rels == NIL)
+				return true;
+			foreach(lc, ((VacuumStmt *) stmt)->rels)
+				if (IsOurRelation(lfirst_node(VacuumRelation, lc)->relation))
+					return true;
+			return false;
+		case T_CreateTrigStmt:
+			return IsOurRelation(((CreateTrigStmt *) stmt)->relation);
+		case T_RuleStmt:
+			return IsOurRelation(((RuleStmt *) stmt)->relation);
+		case T_CreateFunctionStmt:
+			{
+				char	   *fname;
+
+				return IsOurNamespace(QualifiedNameGetCreationNamespace(((CreateFunctionStmt *) stmt)->funcname,
+																		&fname));
 			}
-			break;
+		case T_AlterFunctionStmt:
+			return IsOurFunction(((AlterFunctionStmt *) stmt)->objtype,
+								 ((AlterFunctionStmt *) stmt)->func);
+		case T_DropStmt:
+			return DropsOurs((DropStmt *) stmt);
+		case T_RenameStmt:
+			{
+				RenameStmt *r = (RenameStmt *) stmt;
+
+				switch (r->renameType)
+				{
+					case OBJECT_SCHEMA:
+						return strcmp(r->subname, SHARDED_SEQ_SCHEMA) == 0;
+					case OBJECT_FUNCTION:
+					case OBJECT_PROCEDURE:
+					case OBJECT_ROUTINE:
+						return IsOurFunction(r->renameType, castNode(ObjectWithArgs, r->object));
+					default:
+						return r->relation != NULL && IsOurRelation(r->relation);
+				}
+			}
+		case T_AlterObjectSchemaStmt:
+			{
+				AlterObjectSchemaStmt *a = (AlterObjectSchemaStmt *) stmt;
+
+				if (strcmp(a->newschema, SHARDED_SEQ_SCHEMA) == 0)
+					return true;
+				if (a->relation)
+					return IsOurRelation(a->relation);
+				if (a->objectType == OBJECT_FUNCTION || a->objectType == OBJECT_PROCEDURE ||
+					a->objectType == OBJECT_ROUTINE)
+					return IsOurFunction(a->objectType, castNode(ObjectWithArgs, a->object));
+				return false;
+			}
 		default:
-			break;
+			return false;
 	}
-	return ChangesOwnTable(stmt, "sequence_config") || ChangesOwnTable(stmt, "sequence_shards") ||
-		ChangesOwnTable(stmt, "cutover_stops");
 }
 
-/* The language of function funcid, or InvalidOid if it is gone. */
-static Oid
-FunctionLanguage(Oid funcid)
+/*
+ * Is funcid our module's C function named function (as the install scripts
+ * make it: same name, same C symbol, our library)?  A function replaced by
+ * another, in C or not, marks nothing.
+ */
+static bool
+IsOurCFunction(Oid funcid, const char *function)
 {
 	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
-	Oid			lang;
+	Form_pg_proc proc;
+	bool		ours = false;
 
 	if (!HeapTupleIsValid(tup))
-		return InvalidOid;
-	lang = ((Form_pg_proc) GETSTRUCT(tup))->prolang;
+		return false;
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	if (proc->prolang == ClanguageId && proc->pronamespace == ConfigNamespace() &&
+		strcmp(NameStr(proc->proname), function) == 0)
+	{
+		bool		null_src;
+		bool		null_bin;
+		Datum		src = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_prosrc, &null_src);
+		Datum		bin = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_probin, &null_bin);
+
+		if (!null_src && !null_bin)
+		{
+			char	   *symbol = TextDatumGetCString(src);
+			char	   *library = TextDatumGetCString(bin);
+			const char *base = strrchr(library, '/');
+
+			base = base ? base + 1 : library;
+			ours = strcmp(symbol, function) == 0 && strncmp(base, "sharded_seq", 11) == 0 &&
+				(base[11] == '\0' || base[11] == '.');
+			pfree(symbol);
+			pfree(library);
+		}
+	}
 	ReleaseSysCache(tup);
-	return lang;
+	return ours;
 }
 
 /*
@@ -417,7 +557,7 @@ FunctionLanguage(Oid funcid)
  * snapshot sees pg_trigger: for each row (*row) and for each statement
  * (*stmt), as TRIGGER_TYPE_INSERT etc.  Only a trigger enabled ALWAYS, with
  * no column list and no WHEN, whose function is the extension's C function
- * of that name, counts: a disabled one, as pg_restore --disable-triggers
+ * of that name (IsOurCFunction), counts: a disabled one, as pg_restore --disable-triggers
  * leaves it for a moment, hides writes from the marks it makes.
  */
 void
@@ -427,7 +567,6 @@ OwnTriggerEvents(Oid relid, const char *function, Snapshot snapshot, int16 *row,
 	SysScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tup;
-	Oid			namespace = ConfigNamespace();
 
 	*row = 0;
 	*stmt = 0;
@@ -438,15 +577,10 @@ OwnTriggerEvents(Oid relid, const char *function, Snapshot snapshot, int16 *row,
 	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
 		Form_pg_trigger t = (Form_pg_trigger) GETSTRUCT(tup);
-		char	   *fname;
 
 		if (t->tgenabled != TRIGGER_FIRES_ALWAYS || t->tgattr.dim1 != 0 ||
 			!heap_attisnull(tup, Anum_pg_trigger_tgqual, RelationGetDescr(trigrel)) ||
-			get_func_namespace(t->tgfoid) != namespace ||
-			FunctionLanguage(t->tgfoid) != ClanguageId)
-			continue;
-		fname = get_func_name(t->tgfoid);
-		if (fname == NULL || strcmp(fname, function) != 0)
+			!IsOurCFunction(t->tgfoid, function))
 			continue;
 		if (TRIGGER_FOR_ROW(t->tgtype))
 			*row |= t->tgtype;

@@ -2,15 +2,19 @@
  * config_word.c
  *	  The config word: shared memory that tells a session whether a copy of
  *	  configuration kept in shared memory (the sequence directory,
- *	  sequence/directory.c) is still what the tables hold.
+ *	  sequence/directory.c; the reads a reservation keeps, sequence/shards.c
+ *	  and node_cache.c) is still what the tables hold.
  *
- * One word: a change count (high bits) and the transactions changing
- * configuration now (low bits).  A transaction that may change a
- * configuration row adds to both before its change can be seen, and takes
- * itself out when it ends (after its commit is visible), or at PREPARE (a
- * prepared transaction's changes stay invisible until COMMIT PREPARED, which
- * marks again).  A copy made from a snapshot taken after the word was seen
- * settled (nobody changing) holds while the word has not moved.
+ * The word is a change count, and a lock says who is changing now.  A
+ * transaction that may change configuration first takes the config lock in
+ * share mode (a transaction-level advisory lock of database 0, so it is held
+ * to the transaction's end: through PREPARE, across a restart, until COMMIT
+ * or ROLLBACK PREPARED, by whoever runs it, the apply worker of a two-phase
+ * subscription too; and released after the commit is visible and its
+ * invalidations sent), then moves the count, before its change can be seen.
+ * The word is settled when nobody holds the lock: a copy made from a
+ * snapshot taken after the word was seen settled holds while the count has
+ * not moved.
  *
  * Who marks (ConfigChanging): every announcement of a change
  * (AnnounceConfigChange, catalog.c: the administrative functions); every row
@@ -19,11 +23,13 @@
  * config_changed: SQL by hand, logical replication's apply worker, a
  * restore), which also send a relcache invalidation; and the utility hook
  * (worker/hooks.c) before a command that may hide such a write or replace
- * the tables or their trigger functions (ChangesSequenceConfig, catalog.c),
- * and COMMIT PREPARED.  A copy is made or kept only while those triggers are
- * in place (ConfigWatched), and never on a standby: replay marks nothing.
+ * the tables or their trigger functions (ChangesSequenceConfig, catalog.c).
+ * A copy is made or kept only while those triggers are in place
+ * (ConfigWatched), and never on a standby: replay marks nothing.
  *
- * Lock-free: the word is an atomic; Changing is this backend's own.
+ * Lock order: the config lock is taken last, in share mode, and never
+ * waited for in exclusive mode (ConfigWordSettled only tries it, and lets
+ * it go at once).
  */
 #include "postgres.h"
 
@@ -32,20 +38,19 @@
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "port/atomics.h"
-#include "storage/ipc.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/inval.h"
 #include "utils/snapmgr.h"
 
 #include "common/common.h"
 
-#define WORD_CHANGING_BITS	20
-#define WORD_CHANGING_MASK	((UINT64CONST(1) << WORD_CHANGING_BITS) - 1)
-#define WORD_COUNT_ONE		(UINT64CONST(1) << WORD_CHANGING_BITS)
+#define CONFIG_LOCK_KEY		0x43464757	/* 'CFGW', with SHARDED_SEQ_LOCK_CLASS */
 
 static pg_atomic_uint64 *Word = NULL;
-static bool Changing = false;	/* this transaction counts among the changing */
 
 Size
 ConfigWordShmemSize(void)
@@ -64,77 +69,62 @@ ConfigWordShmemInit(void)
 }
 
 static void
-StopChanging(void)
+ConfigLockTag(LOCKTAG *tag)
 {
-	if (!Changing)
-		return;
-	pg_atomic_fetch_sub_u64(Word, 1);
-	Changing = false;
+	/* database 0: one word for the server, as the copies' keys carry the database */
+	SET_LOCKTAG_ADVISORY(*tag, InvalidOid, SHARDED_SEQ_LOCK_CLASS, CONFIG_LOCK_KEY, 3);
 }
 
-static void
-ConfigWordXactCallback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			StopChanging();
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-ConfigWordAtExit(int code, Datum arg)
-{
-	StopChanging();
-}
+/* the transaction of ours that marked last: its own changes are in its snapshots */
+static LocalTransactionId Marked = InvalidLocalTransactionId;
 
 /*
  * This transaction may change configuration: every copy made before is
  * stale, and none is trusted or made until it ends.  Call it before the
- * change can be seen.  Once per transaction is enough: the word stays
- * unsettled until the transaction ends.
+ * change can be seen.  The lock is taken at every call (held already, it
+ * costs a local count), so that a change after a rolled-back savepoint,
+ * which let go of the lock taken inside it, is still covered.
  */
 void
 ConfigChanging(void)
 {
-	static bool registered = false;
+	LOCKTAG		tag;
 
-	if (Word == NULL)
+	if (Word == NULL || !IsTransactionState())
 		return;
-	if (!registered)
-	{
-		RegisterXactCallback(ConfigWordXactCallback, NULL);
-		before_shmem_exit(ConfigWordAtExit, (Datum) 0);
-		registered = true;
-	}
-	if (Changing)
-		return;
-	pg_atomic_fetch_add_u64(Word, WORD_COUNT_ONE + 1);
-	Changing = true;
+	ConfigLockTag(&tag);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	/* after the lock: whoever sees the new count and then tries the lock fails */
+	pg_atomic_fetch_add_u64(Word, 1);
+	Marked = MyProc->lxid;
 }
 
 /*
  * The word, if a copy may be made or trusted under it now: shared memory is
- * there, this is no standby, and nobody is changing configuration.
+ * there, this is no standby, this transaction changed nothing, and nobody
+ * holds the config lock (no transaction that changed configuration is in
+ * progress or prepared) between two reads of the count that agree.  Tries
+ * the lock in exclusive mode without waiting, and lets it go at once.
  */
 bool
 ConfigWordSettled(uint64 *word)
 {
-	uint64		w;
+	LOCKTAG		tag;
+	uint64		before;
+	uint64		after;
 
-	if (Word == NULL || RecoveryInProgress())
+	if (Word == NULL || RecoveryInProgress() || !IsTransactionState() ||
+		Marked == MyProc->lxid)
 		return false;
-	w = pg_atomic_read_u64(Word);
-	if ((w & WORD_CHANGING_MASK) != 0)
+	before = pg_atomic_read_u64(Word);
+	ConfigLockTag(&tag);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
-	*word = w;
+	LockRelease(&tag, ExclusiveLock, false);
+	after = pg_atomic_read_u64(Word);
+	if (after != before)
+		return false;
+	*word = after;
 	return true;
 }
 

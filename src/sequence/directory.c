@@ -18,7 +18,7 @@
  * before.
  *
  * Lock: the directory's LWLock, shared to read, exclusive to make a copy;
- * nothing else is taken under it.
+ * nothing else is taken under it (the config word is read before it).
  */
 #include "postgres.h"
 
@@ -145,15 +145,11 @@ DirectoryPublish(const char *name, const SequenceCopy *copy, uint64 word)
 	uint64		now;
 	bool		found;
 
-	if (Dir == NULL)
+	/* a copy is taken only under the word it was made under: this only spares a stale one */
+	if (Dir == NULL || !ConfigWordSettled(&now) || now != word)
 		return;
 	key = MakeDirKey(name);
 	LWLockAcquire(Dir->lock, LW_EXCLUSIVE);
-	if (!ConfigWordSettled(&now) || now != word)
-	{
-		LWLockRelease(Dir->lock);
-		return;
-	}
 	e = hash_search(DirHash, &key, HASH_FIND, NULL);
 	if (e == NULL && Dir->entries >= NodeCacheSequences)
 		SweepStale(word);
