@@ -64,6 +64,14 @@ ShardedHeapUpdate(Relation rel, ItemPointer otid, HeapTuple newtup,
 #define ShardedTransamVariables ShmemVariableCache
 #endif
 
+/* A backend's local transaction id moved into its virtual xid in 17. */
+#include "storage/proc.h"
+#if PG_VERSION_NUM >= 170000
+#define MyLocalTransactionId() (MyProc->vxid.lxid)
+#else
+#define MyLocalTransactionId() (MyProc->lxid)
+#endif
+
 /* Ownership checks were renamed in 16. */
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"

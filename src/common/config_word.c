@@ -47,6 +47,7 @@
 #include "utils/snapmgr.h"
 
 #include "common/common.h"
+#include "common/compat.h"
 
 #define CONFIG_LOCK_KEY		0x43464757	/* 'CFGW', with SHARDED_SEQ_LOCK_CLASS */
 
@@ -96,7 +97,7 @@ ConfigChanging(void)
 	(void) LockAcquire(&tag, ShareLock, false, false);
 	/* after the lock: whoever sees the new count and then tries the lock fails */
 	pg_atomic_fetch_add_u64(Word, 1);
-	Marked = MyProc->lxid;
+	Marked = MyLocalTransactionId();
 }
 
 /*
@@ -114,7 +115,7 @@ ConfigWordSettled(uint64 *word)
 	uint64		after;
 
 	if (Word == NULL || RecoveryInProgress() || !IsTransactionState() ||
-		Marked == MyProc->lxid)
+		Marked == MyLocalTransactionId())
 		return false;
 	before = pg_atomic_read_u64(Word);
 	ConfigLockTag(&tag);
