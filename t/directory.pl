@@ -16,7 +16,8 @@
 #      next connection is refused; a configuration row deleted by hand; a
 #      base moved by hand with the trigger off, under one session's node
 #      reservations; sequence_arrived replaced by a function that marks
-#      nothing, config_changed bound to another C symbol; a change in flight
+#      nothing, config_changed bound to another C symbol, sequence_config
+#      inheriting from a table; a change in flight
 #      (no copy trusted) and DDL of other objects left open (copies go on);
 #      a stop row committed by a two-phase subscription's apply worker;
 #   8. drop_sequence; DROP and CREATE EXTENSION with the same name started
@@ -183,6 +184,12 @@ my (undef, $e_sym) = draw('postgres');
 unlike($e_sym, $from_dir, 'config_changed bound to another C symbol: no copy is made');
 sql(q{CREATE OR REPLACE FUNCTION sharded_seq.config_changed() RETURNS trigger
 	LANGUAGE C AS '$libdir/sharded_seq', 'config_changed'});
+# a parent's ALTER TABLE could rewrite the rows behind their triggers
+sql("CREATE TABLE public.dir_parent (); ALTER TABLE sharded_seq.sequence_config INHERIT public.dir_parent");
+draw('postgres');
+my (undef, $e_inh) = draw('postgres');
+unlike($e_inh, $from_dir, 'sequence_config inheriting from a table: no copy is made');
+sql("ALTER TABLE sharded_seq.sequence_config NO INHERIT public.dir_parent");
 draw('postgres');
 my $open = $node->background_psql('stress');
 $open->query_safe("BEGIN");

@@ -539,11 +539,9 @@ IsOurCFunction(Oid funcid, const char *function)
 		{
 			char	   *symbol = TextDatumGetCString(src);
 			char	   *library = TextDatumGetCString(bin);
-			const char *base = strrchr(library, '/');
 
-			base = base ? base + 1 : library;
-			ours = strcmp(symbol, function) == 0 && strncmp(base, "sharded_seq", 11) == 0 &&
-				(base[11] == '\0' || base[11] == '.');
+			/* as the install scripts' MODULE_PATHNAME makes it */
+			ours = strcmp(symbol, function) == 0 && strcmp(library, "$libdir/sharded_seq") == 0;
 			pfree(symbol);
 			pfree(library);
 		}

@@ -35,6 +35,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
@@ -44,6 +45,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
 #include "common/common.h"
@@ -131,7 +133,8 @@ ConfigWordSettled(uint64 *word)
 
 /*
  * Are the triggers that mark every write of sequence configuration in
- * place, as snapshot sees pg_trigger (1.7)?  While they are, and the word
+ * place, as snapshot sees pg_trigger (1.7), on tables that inherit from
+ * nothing?  While they are, and the word
  * has not moved, nothing in sequence_config, sequence_shards or
  * cutover_stops changed.
  */
@@ -160,7 +163,8 @@ ConfigWatched(Snapshot snapshot)
 		int16		row;
 		int16		stmt;
 
-		if (!OidIsValid(relid))
+		/* a parent's ALTER TABLE could rewrite it behind its triggers */
+		if (!OidIsValid(relid) || has_superclass(relid) || get_rel_relispartition(relid))
 			return false;
 		OwnTriggerEvents(relid, watches[i].function, snapshot, &row, &stmt);
 		if ((row & watches[i].row_events) != watches[i].row_events ||
