@@ -81,6 +81,10 @@ ConfigLockTag(LOCKTAG *tag)
 /* the transaction of ours that marked last: its own changes are in its snapshots */
 static LocalTransactionId Marked = InvalidLocalTransactionId;
 
+/* the count this backend last found settled */
+static bool VerifiedValid = false;
+static uint64 Verified = 0;
+
 /*
  * This transaction may change configuration: every copy made before is
  * stale, and none is trusted or made until it ends.  Call it before the
@@ -120,6 +124,18 @@ ConfigWordSettled(uint64 *word)
 		Marked == MyLocalTransactionId())
 		return false;
 	before = pg_atomic_read_u64(Word);
+
+	/*
+	 * Every change moves the count before it is made, so if the count is the
+	 * one this backend last found settled (nobody held the lock: every change
+	 * counted by then had ended), nothing changed since, and nothing is in
+	 * flight that was not counted.
+	 */
+	if (VerifiedValid && before == Verified)
+	{
+		*word = before;
+		return true;
+	}
 	ConfigLockTag(&tag);
 	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
@@ -127,6 +143,8 @@ ConfigWordSettled(uint64 *word)
 	after = pg_atomic_read_u64(Word);
 	if (after != before)
 		return false;
+	Verified = after;
+	VerifiedValid = true;
 	*word = after;
 	return true;
 }
