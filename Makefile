@@ -29,6 +29,11 @@ TAP_TESTS = 1
 endif
 # libpq: common/peers.c's connections to the other nodes of a Citus cluster
 SHLIB_LINK = -lmemcached -lpq
+# Calls from one file of the module to another bind inside it, not through
+# the PLT: a draw crosses several files (PostgreSQL 16 on hides the symbols
+# of modules, which does the same).
+PG_CFLAGS += -fno-semantic-interposition
+SHLIB_LINK += -Wl,-Bsymbolic
 PG_CPPFLAGS += -I$(shell $(PG_CONFIG) --includedir)
 
 # Test builds hold wait points (src/common/wait_point.c): make WAIT_POINTS=1.

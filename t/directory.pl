@@ -261,4 +261,34 @@ my $own = sql("BEGIN; SELECT sharded_seq.alter_sequence('d', block => 10);
 	SELECT sharded_nextval('d'); COMMIT");
 cmp_ok($own, '>', $hw, 'a transaction that altered the sequence draws from the new generation');
 
+# ---- 10. inside an open transaction, a draw takes in what others committed ----
+# It skips AcceptInvalidationMessages while the config word and the roles
+# count have not moved since it last took them in: each change below must
+# move one of them, and the next draw of the open transaction must see it.
+sql("CREATE ROLE dir_owner; CREATE ROLE dir_member; GRANT dir_owner TO dir_member");
+sql("SET ROLE dir_owner; SELECT sharded_seq.create_sequence('d_in')");
+my $in = $node->background_psql('stress', on_error_stop => 0);
+$in->query_safe("BEGIN; SET LOCAL ROLE dir_member");
+bg_query($in, "SELECT sharded_nextval('d_in')") for 1 .. 2;
+sql("REVOKE dir_owner FROM dir_member");
+my ($v_rev, $e_rev) = bg_query($in, "SELECT sharded_nextval('d_in')");
+like($e_rev, qr/permission denied/,
+	'inside an open transaction, the draw after a REVOKE of its role is refused');
+$in->query_safe("ROLLBACK");
+$in->query_safe("BEGIN");
+bg_query($in, "SELECT sharded_nextval('d_in')") for 1 .. 2;
+sql("SELECT sharded_seq.drop_sequence('d_in')");
+my ($v_drop, $e_drop) = bg_query($in, "SELECT sharded_nextval('d_in')");
+like($e_drop, qr/does not exist/, '... the draw after a drop committed meanwhile finds none');
+$in->query_safe("ROLLBACK");
+sql("SELECT sharded_seq.create_sequence('d_in')");
+$in->query_safe("BEGIN");
+bg_query($in, "SELECT sharded_nextval('d_in')") for 1 .. 2;
+sql("DELETE FROM sharded_seq.sequence_shards WHERE seq_id = (SELECT id FROM sharded_seq.sequence_config WHERE name = 'd_in');
+	DELETE FROM sharded_seq.sequence_config WHERE name = 'd_in'");
+my ($v_hand, $e_hand) = bg_query($in, "SELECT sharded_nextval('d_in')");
+like($e_hand, qr/does not exist/, '... and after its rows were deleted by hand');
+$in->query_safe("ROLLBACK");
+$in->quit;
+
 done_testing();

@@ -168,11 +168,13 @@ my @long;
 my @seq_all = @first;
 my $short_total = 0;
 
-# 3a. the load, cut off by an immediate shutdown
-my $l1 = load_start($node, 'stress', 'long1', map { long_script('l1', $_) } 1 .. 3);
+# 3a. the load, cut off by an immediate shutdown.  The long sessions start
+# once the short connections are under way (these need far longer to draw a
+# value each), so that both are still running when the server stops.
 my $p1 = short_connections(2000, "$dir/pgbench1.log");
 $node->poll_query_until('stress', 'SELECT count(*) >= 600 FROM short_drawn')
   or die 'the short connections did not start';
+my $l1 = load_start($node, 'stress', 'long1', map { long_script('l1', $_) } 1 .. 3);
 load_progress($l1, 300);
 push @seq_all, sequential(10, 's');
 $node->stop('immediate');

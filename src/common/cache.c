@@ -8,6 +8,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "nodes/primnodes.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -22,9 +23,36 @@ typedef struct CallSite
 	ObjectCache *cache;
 	CacheEntry *entry;
 	uint64		incarnation;	/* entry's, when remembered */
+	bool		constant;		/* the name is a constant of the plan */
 	int			len;
 	char		name[NAMEDATALEN];
 } CallSite;
+
+/*
+ * Is argument 0 a constant of the expression (a literal name, as in DEFAULT
+ * sharded_nextval('orders_id'))?  Then every call of this call site passes
+ * the same name.  Not a parameter: PL/pgSQL reuses a call site of a simple
+ * expression with new parameter values.
+ */
+static bool
+NameIsConstant(FmgrInfo *flinfo)
+{
+	Node	   *expr = flinfo->fn_expr;
+	List	   *args;
+
+	if (expr == NULL || !IsA(expr, FuncExpr))
+		return false;
+	args = ((FuncExpr *) expr)->args;
+	return args != NIL && IsA(linitial(args), Const) && !((Const *) linitial(args))->constisnull;
+}
+
+/* Make entry the most recently used (it often is already). */
+static inline void
+Touch(ObjectCache *cache, CacheEntry *entry)
+{
+	if (dlist_head_node(&cache->lru) != &entry->lru)
+		dlist_move_head(&cache->lru, &entry->lru);
+}
 
 /*
  * What cache entries own (privileges, remembered shard rows) lives in a
@@ -99,12 +127,9 @@ CacheLookup(ObjectCache *cache, const char *name, bool *is_new)
 	return entry;
 }
 
-/*
- * The cache entry for the name in argument 0.  NULL, empty and over-long
- * names are rejected here.
- */
-CacheEntry *
-CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
+/* CallSiteEntry, when the call site does not know the name yet */
+static pg_noinline CacheEntry *
+CallSiteLookup(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 {
 	CallSite   *cs = (CallSite *) fcinfo->flinfo->fn_extra;
 	text	   *arg;
@@ -112,7 +137,6 @@ CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 	char	   *name;
 	CacheEntry *entry;
 
-	*is_new = false;
 	if (PG_ARGISNULL(0))
 		(void) NameArg(fcinfo, 0, cache->kind); /* raises */
 	arg = PG_GETARG_TEXT_PP(0);
@@ -120,7 +144,7 @@ CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 	if (cs && cs->cache == cache && cs->entry->incarnation == cs->incarnation &&
 		cs->len == len && memcmp(cs->name, VARDATA_ANY(arg), len) == 0)
 	{
-		dlist_move_head(&cache->lru, &cs->entry->lru);
+		Touch(cache, cs->entry);
 		return cs->entry;
 	}
 
@@ -133,7 +157,7 @@ CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 		len < NAMEDATALEN && entry->name[len] == '\0' &&
 		memcmp(entry->name, VARDATA_ANY(arg), len) == 0)
 	{
-		dlist_move_head(&cache->lru, &entry->lru);
+		Touch(cache, entry);
 		name = NULL;
 	}
 	else
@@ -150,11 +174,31 @@ CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 	cs->cache = cache;
 	cs->entry = entry;
 	cs->incarnation = entry->incarnation;
+	cs->constant = NameIsConstant(fcinfo->flinfo);
 	cs->len = len;
 	memcpy(cs->name, VARDATA_ANY(arg), len);
 	if (name)
 		pfree(name);
 	return entry;
+}
+
+/*
+ * The cache entry for the name in argument 0.  NULL, empty and over-long
+ * names are rejected here.
+ */
+CacheEntry *
+CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
+{
+	CallSite   *cs = (CallSite *) fcinfo->flinfo->fn_extra;
+
+	*is_new = false;
+	/* a literal name: the entry this call site found before, if still there */
+	if (cs && cs->constant && cs->cache == cache && cs->entry->incarnation == cs->incarnation)
+	{
+		Touch(cache, cs->entry);
+		return cs->entry;
+	}
+	return CallSiteLookup(fcinfo, cache, is_new);
 }
 
 /* Remove an entry for a name that turned out not to exist. */

@@ -513,6 +513,31 @@ ChangesSequenceConfig(Node *stmt)
 }
 
 /*
+ * May this command change who may draw, in PostgreSQL's own catalogs: role
+ * memberships (GRANT and REVOKE of a role, CREATE ROLE ... IN ROLE), a role
+ * altered (SUPERUSER, INHERIT), renamed or dropped; COMMIT PREPARED, which
+ * may commit one of those.  Never raises an error of its own.
+ */
+bool
+ChangesRoles(Node *stmt)
+{
+	switch (nodeTag(stmt))
+	{
+		case T_GrantRoleStmt:
+		case T_CreateRoleStmt:
+		case T_AlterRoleStmt:
+		case T_DropRoleStmt:
+			return true;
+		case T_RenameStmt:
+			return ((RenameStmt *) stmt)->renameType == OBJECT_ROLE;
+		case T_TransactionStmt:
+			return ((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
+		default:
+			return false;
+	}
+}
+
+/*
  * Is funcid our module's C function named function (as the install scripts
  * make it: same name, same C symbol, our library)?  A function replaced by
  * another, in C or not, marks nothing.

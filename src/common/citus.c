@@ -70,7 +70,7 @@
 /* true while this backend runs a call that came from the coordinator */
 static bool ClusterApplying = false;
 
-static int32 ReadCitusGroup(void);
+static pg_noinline int32 ReadCitusGroup(void);
 
 /*
  * This node's Citus group, or -1 when the database is in no Citus cluster
@@ -83,17 +83,25 @@ CitusGroup(void)
 	/* Citus's metadata triggers invalidate relcache entries: ConfigEpoch moves */
 	static uint64 epoch = 0;
 	static int32 cached = -1;
+	/* the transaction that last found it in force: no state check in a hot loop */
+	static LocalTransactionId checked_in = InvalidLocalTransactionId;
 
+	if (MyProc == NULL)
+		return -1;
+	if (epoch == ConfigEpoch && checked_in == MyLocalTransactionId() &&
+		checked_in != InvalidLocalTransactionId)
+		return cached;
 	if (epoch != ConfigEpoch || !IsTransactionState())
 	{
 		cached = ReadCitusGroup();
 		epoch = IsTransactionState() ? ConfigEpoch : 0;
 	}
+	checked_in = epoch != 0 ? MyLocalTransactionId() : InvalidLocalTransactionId;
 	return cached;
 }
 
 /* CitusGroup, read from Citus's metadata */
-static int32
+static pg_noinline int32
 ReadCitusGroup(void)
 {
 	Oid			local_rel;

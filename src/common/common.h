@@ -107,6 +107,7 @@ extern bool NodeCacheStored(void);
 extern bool CounterSetsStored(void);
 extern bool ChangesOwnTable(Node *stmt, const char *relname);
 extern bool ChangesSequenceConfig(Node *stmt);
+extern bool ChangesRoles(Node *stmt);
 extern void OwnTriggerEvents(Oid relid, const char *function, Snapshot snapshot,
 							 int16 *row, int16 *stmt);
 extern bool ShardTriggersInPlace(Oid shards_relid, Snapshot snapshot);
@@ -197,6 +198,8 @@ extern Size ConfigWordShmemSize(void);
 extern void ConfigWordShmemInit(void);
 extern void ConfigChanging(void);
 extern bool ConfigWordSettled(uint64 *word);
+extern void AcceptConfigChanges(void);
+extern void RolesChanging(void);
 extern bool ConfigWatched(Snapshot snapshot);
 
 /* catalog.c, continued */
@@ -340,6 +343,7 @@ extern bool RegistryPrefetchNews(void);
 /* node.c: node ids for several primaries, and their claims */
 extern int32 SessionNodeId(void);
 extern bool NodeRanged(int32 node);
+extern int32 SessionNodeRanged(bool *ranged);
 
 extern void NodeIdForget(void);
 extern int32 NextObjectId(void);

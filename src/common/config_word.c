@@ -3,7 +3,9 @@
  *	  The config word: shared memory that tells a session whether a copy of
  *	  configuration kept in shared memory (the sequence directory,
  *	  sequence/directory.c; the reads a reservation keeps, sequence/shards.c
- *	  and node_cache.c) is still what the tables hold.
+ *	  and node_cache.c) is still what the tables hold, and whether a draw
+ *	  has any invalidation to take in (AcceptConfigChanges, with the roles
+ *	  count beside the word).
  *
  * The word is a change count, and a lock says who is changing now.  A
  * transaction that may change configuration first takes the config lock in
@@ -46,6 +48,7 @@
 #include "storage/shmem.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 #include "common/common.h"
@@ -54,11 +57,12 @@
 #define CONFIG_LOCK_KEY		0x43464757	/* 'CFGW', with SHARDED_SEQ_LOCK_CLASS */
 
 static pg_atomic_uint64 *Word = NULL;
+static pg_atomic_uint64 *RolesWord = NULL;	/* role changes committed */
 
 Size
 ConfigWordShmemSize(void)
 {
-	return sizeof(pg_atomic_uint64);
+	return 2 * sizeof(pg_atomic_uint64);
 }
 
 void
@@ -66,9 +70,13 @@ ConfigWordShmemInit(void)
 {
 	bool		found;
 
-	Word = ShmemInitStruct("sharded_seq config word", sizeof(pg_atomic_uint64), &found);
+	Word = ShmemInitStruct("sharded_seq config word", ConfigWordShmemSize(), &found);
+	RolesWord = Word + 1;
 	if (!found)
+	{
 		pg_atomic_init_u64(Word, 0);
+		pg_atomic_init_u64(RolesWord, 0);
+	}
 }
 
 static void
@@ -84,6 +92,14 @@ static LocalTransactionId Marked = InvalidLocalTransactionId;
 /* the count this backend last found settled */
 static bool VerifiedValid = false;
 static uint64 Verified = 0;
+
+/*
+ * Where the lock was last found held: a draw asks at every call (through
+ * AcceptConfigChanges), and a change left open must not make each of them
+ * try the lock.
+ */
+static uint64 BusyAt = 0;
+static LocalTransactionId BusyIn = InvalidLocalTransactionId;
 
 /*
  * This transaction may change configuration: every copy made before is
@@ -136,9 +152,16 @@ ConfigWordSettled(uint64 *word)
 		*word = before;
 		return true;
 	}
+	/* found held at this count in this transaction: try again in the next one */
+	if (BusyIn == MyLocalTransactionId() && BusyAt == before)
+		return false;
 	ConfigLockTag(&tag);
 	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		BusyAt = before;
+		BusyIn = MyLocalTransactionId();
 		return false;
+	}
 	LockRelease(&tag, ExclusiveLock, false);
 	after = pg_atomic_read_u64(Word);
 	if (after != before)
@@ -147,6 +170,81 @@ ConfigWordSettled(uint64 *word)
 	VerifiedValid = true;
 	*word = after;
 	return true;
+}
+
+/*
+ * Take in the invalidations that other sessions committed, before a draw:
+ * AcceptInvalidationMessages, skipped while nothing it could bring has
+ * changed since this transaction last took them in.  For configuration,
+ * that is while the word is settled at the count seen then (every committed
+ * change moved the count, and sent its invalidations before letting go of
+ * the config lock).  For privileges, while the roles count has not moved
+ * (RolesChanging).  Other catalog changes arrive as PostgreSQL takes them
+ * in: at the next transaction, or the next lock.
+ */
+static uint64 AcceptedAt = 0;
+static uint64 AcceptedRoles = 0;
+static LocalTransactionId AcceptedIn = InvalidLocalTransactionId;
+
+static pg_noinline void
+AcceptConfigChangesNow(void)
+{
+	uint64		word = 0;
+	bool		settled = ConfigWordSettled(&word);
+	uint64		roles = RolesWord ? pg_atomic_read_u64(RolesWord) : 0;
+
+	/* both read first: whatever they counted has sent its invalidations */
+	AcceptInvalidationMessages();
+	AcceptedAt = word;
+	AcceptedRoles = roles;
+	AcceptedIn = settled ? MyLocalTransactionId() : InvalidLocalTransactionId;
+}
+
+void
+AcceptConfigChanges(void)
+{
+	LocalTransactionId lxid = MyLocalTransactionId();
+
+	/* settled when taken in, in this transaction, which has marked nothing since */
+	if (AcceptedIn == lxid && lxid != InvalidLocalTransactionId && Marked != lxid &&
+		pg_atomic_read_u64(Word) == AcceptedAt &&
+		pg_atomic_read_u64(RolesWord) == AcceptedRoles)
+		return;
+	AcceptConfigChangesNow();
+}
+
+/*
+ * A role command in this transaction (ChangesRoles, from the utility hook):
+ * once it commits, and its invalidations are sent, move the roles count.
+ * Resource owners let go of what they hold after the commit has sent its
+ * invalidations, so the count moves then.  A prepared transaction moves it
+ * again at its COMMIT PREPARED, which is a role command too.
+ */
+static bool RolesPending = false;
+
+static void
+RolesChanged(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	if (!RolesPending || !isTopLevel || phase != RESOURCE_RELEASE_AFTER_LOCKS)
+		return;
+	RolesPending = false;
+	if (isCommit)
+		pg_atomic_fetch_add_u64(RolesWord, 1);
+}
+
+void
+RolesChanging(void)
+{
+	static bool registered = false;
+
+	if (RolesWord == NULL)
+		return;
+	if (!registered)
+	{
+		RegisterResourceReleaseCallback(RolesChanged, NULL);
+		registered = true;
+	}
+	RolesPending = true;
 }
 
 /*

@@ -93,14 +93,11 @@ CutoverRowFor(const char *system, XLogRecPtr *flushed)
 	return found;
 }
 
-/* Has a cutover stopped this server?  Never raises for a missing table. */
-bool
-CutoverStopped(void)
+static pg_noinline bool
+CutoverStoppedRead(void)
 {
 	bool		stopped;
 
-	if (NotStoppedEpoch == ConfigEpoch)
-		return false;
 	if (!CutoverStopsStored())
 		stopped = false;
 	else
@@ -108,6 +105,16 @@ CutoverStopped(void)
 	if (!stopped)
 		NotStoppedEpoch = ConfigEpoch;
 	return stopped;
+}
+
+/* Has a cutover stopped this server?  Never raises for a missing table. */
+bool
+CutoverStopped(void)
+{
+	/* looked at under this epoch: nothing was written to cutover_stops since */
+	if (NotStoppedEpoch == ConfigEpoch)
+		return false;
+	return CutoverStoppedRead();
 }
 
 /*

@@ -69,7 +69,7 @@ static uint64 ClaimEpoch = 0;	/* ... under this ConfigEpoch */
  * only agree: the coordinator, group 0, is node 0, whose values are then
  * held to a range like any node's (NodeRanged).
  */
-static int32
+static pg_noinline int32
 SessionNodeFirstUse(void)
 {
 	int32		group = CitusGroup();
@@ -96,6 +96,16 @@ SessionNodeFirstUse(void)
 	return SessionNode;
 }
 
+static pg_noinline void
+GroupChangedError(int32 group)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("this session took node id %d, but this node is now Citus group %d", SessionNode, group),
+			 errdetail("The session began before this node joined the Citus cluster; its values could repeat another node's."),
+			 errhint("Reconnect: a new session takes its node id from the Citus group.")));
+}
+
 /*
  * This session's node id: the setting as it was at its first use.  A
  * session that took it before its node joined a Citus cluster (or before
@@ -105,16 +115,28 @@ SessionNodeFirstUse(void)
 int32
 SessionNodeId(void)
 {
+	bool		ranged;
+
+	return SessionNodeRanged(&ranged);
+}
+
+/*
+ * SessionNodeId, and whether its values are held to a range (NodeRanged):
+ * one look at the Citus group, for a draw.
+ */
+int32
+SessionNodeRanged(bool *ranged)
+{
 	int32		group;
 
 	if (SessionNode < 0)
-		return SessionNodeFirstUse();
-	if ((group = CitusGroup()) >= 0 && SessionNode != group)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("this session took node id %d, but this node is now Citus group %d", SessionNode, group),
-				 errdetail("The session began before this node joined the Citus cluster; its values could repeat another node's."),
-				 errhint("Reconnect: a new session takes its node id from the Citus group.")));
+	{
+		(void) SessionNodeFirstUse();
+		group = CitusGroup();
+	}
+	else if ((group = CitusGroup()) >= 0 && SessionNode != group)
+		GroupChangedError(group);
+	*ranged = SessionNode > 0 || group >= 0;
 	return SessionNode;
 }
 

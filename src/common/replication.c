@@ -59,13 +59,19 @@ SyncWaitMode(void)
 #define SYNC_STANDBYS_BYTE(ctl) ((ctl)->sync_standbys_defined)
 #endif
 
+static pg_noinline int
+RunningServerVersion(void)
+{
+	return atoi(GetConfigOption("server_version_num", false, false));
+}
+
 static bool
 ServerHasStatusFlags(void)
 {
 	static int	version = 0;
 
 	if (version == 0)
-		version = atoi(GetConfigOption("server_version_num", false, false));
+		version = RunningServerVersion();
 	return version >= 170005 ||
 		(version >= 160009 && version < 170000) ||
 		(version >= 150013 && version < 160000);
@@ -173,14 +179,12 @@ ReservationConfirmedHere(void)
  * before the standbys came into force, or by another standby set, would be
  * missing on a standby promoted later.
  */
-uint32
-SyncStamp(void)
+static pg_noinline uint32
+SyncStampOfNames(void)
 {
 	static char *names = NULL;
 	static uint32 hash = 0;
 
-	if (!SyncStandbysActive())
-		return 0;
 	if (SyncRepStandbyNames == NULL)
 		return 1;
 	if (names == NULL || strcmp(names, SyncRepStandbyNames) != 0)
@@ -193,4 +197,13 @@ SyncStamp(void)
 		hash = hash_bytes((const unsigned char *) names, (int) strlen(names)) | 1;
 	}
 	return hash;
+}
+
+uint32
+SyncStamp(void)
+{
+	/* every draw of the node cache asks: the common answer first */
+	if (!SyncStandbysActive())
+		return 0;
+	return SyncStampOfNames();
 }

@@ -481,7 +481,7 @@ LookupSequence(FunctionCallInfo fcinfo)
 	}
 
 	/* See administrative changes committed by other sessions at once. */
-	AcceptInvalidationMessages();
+	AcceptConfigChanges();
 	if (entry->loaded_epoch != ConfigEpoch && !LoadOrPullSequence(entry))
 		ReportNotFound(KIND_SEQUENCE, entry->cache.name);
 	if (entry->checked_user != GetUserId() || entry->checked_epoch != PrivilegeEpoch)
@@ -947,6 +947,8 @@ sharded_nextval(PG_FUNCTION_ARGS)
 {
 	SeqEntry   *entry;
 	int32		node;
+	bool		ranged;
+	uint64		epoch;
 	int64		local;
 	int64		value;
 
@@ -958,9 +960,10 @@ sharded_nextval(PG_FUNCTION_ARGS)
 	if (entry->positions_unknown)
 		PositionsUnknownError(entry->cache.name);
 	CutoverStopCheck();
-	node = SessionNodeId();
+	node = SessionNodeRanged(&ranged);
 	if (node != 0)
 		NodeClaimCheck();
+	epoch = ConfigEpoch;
 	if (!BlockCurrent(entry))
 	{
 		entry->have_block = false;
@@ -987,9 +990,13 @@ sharded_nextval(PG_FUNCTION_ARGS)
 			DrawBlock(entry);
 	}
 
+	/* a reservation saw invalidations: perhaps this node just joined Citus */
+	if (ConfigEpoch != epoch)
+		ranged = NodeRanged(node);
+
 	/* the node's value first: one outside its range is refused, not used up */
 	local = entry->next;
-	value = !NodeRanged(node) ? local : SequenceNodeValue(local, entry->cache.name);
+	value = !ranged ? local : SequenceNodeValue(local, entry->cache.name);
 	if (local == entry->block_end)
 		entry->have_block = false;
 	else
@@ -998,8 +1005,10 @@ sharded_nextval(PG_FUNCTION_ARGS)
 	goto done;
 
 hand_out:
+	if (ConfigEpoch != epoch)
+		ranged = NodeRanged(node);
 	/* a node cache value: one outside the node's range is refused, and a gap */
-	value = !NodeRanged(node) ? local : SequenceNodeValue(local, entry->cache.name);
+	value = !ranged ? local : SequenceNodeValue(local, entry->cache.name);
 
 done:
 	entry->last = local;

@@ -428,7 +428,7 @@ typedef enum SlotRead
 	SLOT_OTHER					/* published for another incarnation: the ref is stale */
 } SlotRead;
 
-static SlotRead
+static inline SlotRead
 ReadSlot(NodeEntry *e, uint64 j, uint64 incarnation, NodeBlock *out)
 {
 	NodeBlock  *slot = &e->ring[j % NODE_RING];
@@ -780,7 +780,7 @@ typedef enum ReserveResult
  * For RESERVE_RESET, generation is the one the caller must see in force;
  * for RESERVE_RESYNC, stamp is the caller's SyncStamp().
  */
-static ReserveResult
+static pg_noinline ReserveResult
 Reserve(NodeRef *ref, ReserveMode mode, uint64 j, int32 generation, uint32 stamp,
 		bool conditional, bool *waited)
 {
@@ -871,7 +871,7 @@ Reserve(NodeRef *ref, ReserveMode mode, uint64 j, int32 generation, uint32 stamp
  * the next block if it is published; otherwise reserve it, or wait for the
  * reservation in flight.
  */
-static ReserveResult
+static pg_noinline ReserveResult
 MoveOn(NodeRef *ref, uint64 j, int64 count, bool *waited)
 {
 	NodeEntry  *e = ref->entry;
@@ -910,7 +910,7 @@ MoveOn(NodeRef *ref, uint64 j, int64 count, bool *waited)
  * blocks would, since waking the worker once a block costs it more (a
  * signal, and the worker's turn on a core).
  */
-static void
+static pg_noinline void
 Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 {
 	NodeEntry  *e = ref->entry;

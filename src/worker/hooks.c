@@ -173,6 +173,9 @@ WorkerUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	/* the same for copies of sequence configuration (common/config_word.c) */
 	if (IsTransactionState() && ChangesSequenceConfig(stmt))
 		ConfigChanging();
+	/* and privileges: draws see a role change at their next call */
+	if (ChangesRoles(stmt))
+		RolesChanging();
 	alone = DatabaseNeededAlone(stmt);
 	paused = PauseWorker(alone);
 	if (paused)
