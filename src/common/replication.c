@@ -59,22 +59,24 @@ SyncWaitMode(void)
 #define SYNC_STANDBYS_BYTE(ctl) ((ctl)->sync_standbys_defined)
 #endif
 
-static pg_noinline int
-RunningServerVersion(void)
+static pg_noinline int8
+ReadServerHasStatusFlags(void)
 {
-	return atoi(GetConfigOption("server_version_num", false, false));
-}
+	int			version = atoi(GetConfigOption("server_version_num", false, false));
 
-static bool
-ServerHasStatusFlags(void)
-{
-	static int	version = 0;
-
-	if (version == 0)
-		version = RunningServerVersion();
 	return version >= 170005 ||
 		(version >= 160009 && version < 170000) ||
 		(version >= 150013 && version < 160000);
+}
+
+static inline bool
+ServerHasStatusFlags(void)
+{
+	static int8 has = -1;		/* not read yet */
+
+	if (has < 0)
+		has = ReadServerHasStatusFlags();
+	return has != 0;
 }
 
 /*
@@ -82,7 +84,7 @@ ServerHasStatusFlags(void)
  * the checkpointer's record, or this backend's setting until the
  * checkpointer has read it.
  */
-static bool
+static inline bool
 SyncStandbysInForce(void)
 {
 	uint8		status = *(volatile uint8 *) &SYNC_STANDBYS_BYTE(WalSndCtl);
@@ -202,8 +204,8 @@ SyncStampOfNames(void)
 uint32
 SyncStamp(void)
 {
-	/* every draw of the node cache asks: the common answer first */
-	if (!SyncStandbysActive())
+	/* every draw of the node cache asks: the common answer first, inline */
+	if (max_wal_senders == 0 || WalSndCtl == NULL || !SyncStandbysInForce())
 		return 0;
 	return SyncStampOfNames();
 }

@@ -934,6 +934,9 @@ Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 	(void) Reserve(ref, RESERVE_PREFETCH, j, 0, 0, true, &waited);
 }
 
+/* whether this draw waited for a reservation: not on the stack, so the hot path keeps none */
+static bool DrawWaited;
+
 /*
  * Draw a value from the node cache.  generation is the one the caller's
  * configuration has in force: an older one cached here is left at once.
@@ -945,10 +948,11 @@ NodeDrawResult
 NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 {
 	NodeEntry  *e = ref->entry;
-	bool		waited = false;
 	NodeDrawResult result = NODE_FALLBACK;
 	uint32		stamp = SyncStamp();
 	int			resyncs = 0;
+
+	DrawWaited = false;
 
 	for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++)
 	{
@@ -966,7 +970,7 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 		if ((int32) pg_atomic_read_u32(&e->generation) < generation)
 		{
 			old = pg_atomic_read_u64(&e->state);
-			r = Reserve(ref, RESERVE_RESET, old >> OFF_BITS, generation, 0, false, &waited);
+			r = Reserve(ref, RESERVE_RESET, old >> OFF_BITS, generation, 0, false, &DrawWaited);
 		}
 		else
 		{
@@ -986,7 +990,7 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 						/* S1 across a failover: only a block the standbys in force confirmed */
 						if (++resyncs > MAX_RESYNCS)
 							goto done;
-						r = Reserve(ref, RESERVE_RESYNC, j, 0, stamp, false, &waited);
+						r = Reserve(ref, RESERVE_RESYNC, j, 0, stamp, false, &DrawWaited);
 					}
 					else if (off < blk.count)
 					{
@@ -997,7 +1001,7 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 						result = NODE_GOT;
 						goto done;
 					}
-					r = MoveOn(ref, j, blk.count, &waited);
+					r = MoveOn(ref, j, blk.count, &DrawWaited);
 					break;
 			}
 		}
@@ -1010,7 +1014,7 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 			break;
 	}
 done:
-	if (waited)
+	if (DrawWaited)
 		StatsCount(KIND_SEQUENCE, e->key.id, STAT_NODE_WAITS, 1);
 	return result;
 }
