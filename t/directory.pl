@@ -289,6 +289,40 @@ sql("DELETE FROM sharded_seq.sequence_shards WHERE seq_id = (SELECT id FROM shar
 my ($v_hand, $e_hand) = bg_query($in, "SELECT sharded_nextval('d_in')");
 like($e_hand, qr/does not exist/, '... and after its rows were deleted by hand');
 $in->query_safe("ROLLBACK");
+# pg_database_owner is whoever owns the database: ALTER DATABASE OWNER is a role change too
+sql("CREATE ROLE dir_dbo; ALTER DATABASE stress OWNER TO dir_dbo");
+sql("SELECT sharded_seq.create_sequence('d_dbo'); SELECT sharded_seq.grant_sequence('d_dbo', 'pg_database_owner')");
+$in->query_safe("BEGIN; SET LOCAL ROLE dir_dbo");
+my ($v_dbo) = bg_query($in, "SELECT sharded_nextval('d_dbo')");
+ok(defined $v_dbo && $v_dbo ne '', 'the owner of the database draws through pg_database_owner');
+sql("ALTER DATABASE stress OWNER TO CURRENT_USER");
+my (undef, $e_dbo) = bg_query($in, "SELECT sharded_nextval('d_dbo')");
+like($e_dbo, qr/permission denied/, '... and, inside the same transaction, no longer once another role owns it');
+$in->query_safe("ROLLBACK");
 $in->quit;
+
+# ---- 11. a role that cannot change the extension's objects does not mark ----
+# Its command on them fails its own permission check; marking first would let
+# it hold the config lock while it waits for a lock of its own.
+sql("CREATE ROLE dir_h; CREATE TABLE public.dir_ht (i int); ALTER TABLE public.dir_ht OWNER TO dir_h");
+draw('postgres');
+my $holder = $node->background_psql('stress');
+$holder->query_safe("BEGIN; LOCK public.dir_ht IN ACCESS SHARE MODE");
+my $mover = IPC::Run::start(
+	[ $node->installed_command('psql'), '-XAtq', '-d', $node->connstr('stress'),
+	  '-c', 'SET ROLE dir_h', '-c', 'ALTER TABLE public.dir_ht SET SCHEMA sharded_seq' ],
+	'>', \my $mover_out, '2>', \my $mover_err);
+$node->poll_query_until('stress', "SELECT count(*) > 0 FROM pg_stat_activity
+	WHERE query LIKE 'ALTER TABLE public.dir_ht%' AND wait_event_type = 'Lock'")
+  or die 'the ALTER TABLE did not wait';
+is(sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = 0
+	AND objid = 1128679255 AND objsubid = 3 AND granted"), '0',
+	'an unprivileged role waiting on its own lock holds no config lock');
+my ($v_held, $e_held) = draw('postgres');
+like($e_held, $from_dir, '... and new connections still take the copy');
+$holder->query_safe("ROLLBACK");
+$holder->quit;
+$mover->finish;
+like($mover_err, qr/permission denied/, '... and its command then fails on its own');
 
 done_testing();

@@ -108,6 +108,8 @@ CatalogInit(void)
 	CacheRegisterSyscacheCallback(NAMESPACEOID, NamespaceInvalidated, (Datum) 0);
 	CacheRegisterSyscacheCallback(AUTHOID, RolesInvalidated, (Datum) 0);
 	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, RolesInvalidated, (Datum) 0);
+	/* a database's owner is who pg_database_owner is there */
+	CacheRegisterSyscacheCallback(DATABASEOID, RolesInvalidated, (Datum) 0);
 }
 
 const char *
@@ -416,19 +418,9 @@ DropsOurs(DropStmt *stmt)
 	return false;
 }
 
-/*
- * May this command change sequence configuration without marks of its own
- * (common/config_word.c)?  A command on a table of ours that could hide a
- * write from their triggers or replace the table (ALTER TABLE, TRUNCATE,
- * CLUSTER, VACUUM FULL, DROP, a trigger or rule made or renamed), a
- * change of a function of ours (a replaced trigger function marks
- * nothing), COPY into a table of ours, and CREATE, ALTER and DROP
- * EXTENSION.  Commands on other objects are left alone, so that no role
- * can hold every copy stale with a transaction left open after DDL of its
- * own.  Never raises an error of its own.
- */
-bool
-ChangesSequenceConfig(Node *stmt)
+/* The commands ChangesSequenceConfig looks for, whoever runs them. */
+static bool
+TouchesOwnObjects(Node *stmt)
 {
 	ListCell   *lc;
 
@@ -513,6 +505,51 @@ ChangesSequenceConfig(Node *stmt)
 }
 
 /*
+ * Could the current user change the extension's objects at all: a superuser,
+ * or a role with the privileges of the role that owns its tables?  Anyone
+ * else's command on them fails its own permission check (a write that a
+ * granted privilege allows still marks, through the tables' triggers), and
+ * must not mark first: it could hold the config lock while it waits for a
+ * lock of its own, and keep every copy stale.  Never raises an error.
+ */
+static bool
+MayAlterOwnObjects(void)
+{
+	Oid			relid;
+	HeapTuple	tup;
+	Oid			owner;
+
+	if (superuser())
+		return true;
+	relid = InstalledRelid("sequence_config");
+	if (!OidIsValid(relid))
+		return false;			/* nothing installed, and only a superuser installs it */
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		return true;
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return has_privs_of_role(GetUserId(), owner);
+}
+
+/*
+ * May this command change sequence configuration without marks of its own
+ * (common/config_word.c)?  A command on a table of ours that could hide a
+ * write from their triggers or replace the table (ALTER TABLE, TRUNCATE,
+ * CLUSTER, VACUUM FULL, DROP, a trigger or rule made or renamed), a
+ * change of a function of ours (a replaced trigger function marks
+ * nothing), COPY into a table of ours, and CREATE, ALTER and DROP
+ * EXTENSION, by a role that could run it.  Commands on other objects are
+ * left alone, so that no role can hold every copy stale with a transaction
+ * left open after DDL of its own.  Never raises an error of its own.
+ */
+bool
+ChangesSequenceConfig(Node *stmt)
+{
+	return TouchesOwnObjects(stmt) && MayAlterOwnObjects();
+}
+
+/*
  * May this command change who may draw, in PostgreSQL's own catalogs: role
  * memberships (GRANT and REVOKE of a role, CREATE ROLE ... IN ROLE), a role
  * altered (SUPERUSER, INHERIT), renamed or dropped; COMMIT PREPARED, which
@@ -530,6 +567,9 @@ ChangesRoles(Node *stmt)
 			return true;
 		case T_RenameStmt:
 			return ((RenameStmt *) stmt)->renameType == OBJECT_ROLE;
+		case T_AlterOwnerStmt:
+			/* a database's new owner is its pg_database_owner */
+			return ((AlterOwnerStmt *) stmt)->objectType == OBJECT_DATABASE;
 		case T_TransactionStmt:
 			return ((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
 		default:
