@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# bench/instructions.sh [DRAWS]: instructions per sharded_nextval, counted by
+# valgrind (callgrind) rather than timed: a count does not move with the
+# machine's load, so two builds compare even on a busy machine.  A throwaway
+# preloaded cluster draws DRAWS (default 200,000) more values in one
+# statement than a first run does, through the node cache and through a
+# block per session, in single-user mode (postgres --single) under callgrind,
+# collecting inside sharded_nextval only; the difference of the two counts,
+# over DRAWS, is the marginal cost of a draw, reservations of new blocks
+# included (one per 1,000 values).  Prints the count per draw and the
+# functions that cost the most.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DRAWS="${1:-200000}"
+[ -n "${SKIP_SETUP:-}" ] || scripts/setup.sh >/dev/null
+command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+source bench/lib.sh
+bench_cluster "$(mktemp -d /tmp/ss_instr.XXXXXX)"
+q() { psql -qXAt -d bench -c "$@"; }
+q "ALTER SYSTEM SET shared_preload_libraries = 'sharded_seq'" >/dev/null
+as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$CLUSTER_DIR/server.log" -m fast -w restart >/dev/null
+q "SELECT sharded_seq.create_sequence('i_node')" >/dev/null
+q "SELECT sharded_seq.create_sequence('i_session', cache => 'session')" >/dev/null
+cluster_stop fast
+
+# count SEQ N: instructions inside sharded_nextval while a session draws 1,000 then N values
+count() {
+    local out="$CLUSTER_DIR/cg.$1.$2"	# written by the cluster's user
+    printf "SELECT count(sharded_nextval('%s')) FROM generate_series(1, 1000)\nSELECT count(sharded_nextval('%s')) FROM generate_series(1, %s)\n" \
+        "$1" "$1" "$2" >"$WORK/cg.sql"
+    chmod 644 "$WORK/cg.sql"
+    as_pg valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect=sharded_nextval \
+        "$PGBIN/postgres" --single -D "$PGDATA" bench <"$WORK/cg.sql" >"$CLUSTER_DIR/cg.log" 2>&1
+    callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'
+}
+for seq in i_node i_session; do
+    a=$(count "$seq" 1000)
+    b=$(count "$seq" $((DRAWS + 1000)))
+    echo "$seq: $(( (b - a) / DRAWS )) instructions per draw (marginal, over $DRAWS draws)"
+    callgrind_annotate "$CLUSTER_DIR/cg.$seq.$((DRAWS + 1000))" 2>/dev/null \
+        | grep -E '^ *[0-9][0-9,]* \(' | sed -n '2,9p' | sed 's/^/    /'
+done
