@@ -8,7 +8,8 @@
 # collecting inside sharded_nextval only; the difference of the two counts,
 # over DRAWS, is the marginal cost of a draw, reservations of new blocks
 # included (one per 1,000 values).  Prints the count per draw and the
-# functions that cost the most.
+# functions that cost the most (CG_OUT=DIR keeps the callgrind files there,
+# for callgrind_annotate --auto=yes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DRAWS="${1:-200000}"
@@ -37,6 +38,7 @@ for seq in i_node i_session; do
     a=$(count "$seq" 1000)
     b=$(count "$seq" $((DRAWS + 1000)))
     echo "$seq: $(( (b - a) / DRAWS )) instructions per draw (marginal, over $DRAWS draws)"
+    [ -z "${CG_OUT:-}" ] || cp "$CLUSTER_DIR/cg.$seq.$((DRAWS + 1000))" "$CG_OUT/"
     callgrind_annotate "$CLUSTER_DIR/cg.$seq.$((DRAWS + 1000))" 2>/dev/null \
-        | grep -E '^ *[0-9][0-9,]* \(' | sed -n '2,9p' | sed 's/^/    /'
+        | grep -E '^ *[0-9][0-9,]* \(' | sed -n '2,13p' | sed 's/^/    /'
 done

@@ -343,7 +343,35 @@ extern bool RegistryPrefetchNews(void);
 /* node.c: node ids for several primaries, and their claims */
 extern int32 SessionNodeId(void);
 extern bool NodeRanged(int32 node);
-extern int32 SessionNodeRanged(bool *ranged);
+extern int32 SessionNodeRangedSlow(bool *ranged);
+
+typedef struct NodeMemo
+{
+	uint64		epoch;			/* ConfigEpoch when found */
+	LocalTransactionId lxid;	/* the transaction it was found in */
+	int32		node;
+	bool		ranged;
+} NodeMemo;
+
+extern NodeMemo SessionNodeMemo;
+
+/*
+ * This session's node id, and whether its values are held to a range: the
+ * answer found earlier in this transaction while no invalidation moved
+ * ConfigEpoch (every draw asks), else found again.
+ */
+static inline int32
+SessionNodeRanged(bool *ranged)
+{
+	if (likely(SessionNodeMemo.lxid != InvalidLocalTransactionId &&
+			   SessionNodeMemo.epoch == ConfigEpoch && MyProc != NULL &&
+			   SessionNodeMemo.lxid == MyLocalTransactionId()))
+	{
+		*ranged = SessionNodeMemo.ranged;
+		return SessionNodeMemo.node;
+	}
+	return SessionNodeRangedSlow(ranged);
+}
 
 extern void NodeIdForget(void);
 extern int32 NextObjectId(void);
@@ -359,6 +387,21 @@ extern int64 SequenceNodeLocal(int64 value, bool above, const char *seqname,
 extern void WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname);
 extern bool SyncStandbysActive(void);
 extern bool ReservationConfirmedHere(void);
-extern uint32 SyncStamp(void);
+extern uint32 SyncStampSlow(void);
+extern const volatile uint8 *SyncStatusByte;
+extern uint8 SyncNoneStatus;
+
+/*
+ * The synchronous replication state a node cache block is confirmed under (0:
+ * no synchronous standby in force).  Every node cache draw asks: the common
+ * answer is one byte of shared memory.
+ */
+static inline uint32
+SyncStamp(void)
+{
+	if (likely(SyncStatusByte != NULL && *SyncStatusByte == SyncNoneStatus))
+		return 0;
+	return SyncStampSlow();
+}
 
 #endif							/* SHARDED_SEQ_COMMON_H */

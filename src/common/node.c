@@ -121,11 +121,34 @@ SessionNodeId(void)
 }
 
 /*
+ * Whether node's values are held to its range: every node but 0, and node
+ * 0 too in a Citus cluster (the coordinator), where the workers' ranges
+ * begin at 2^53.  A single server's node 0 hands out the whole bigint range.
+ */
+static inline bool
+RangedFor(int32 node, int32 group)
+{
+	return node > 0 || group >= 0;
+}
+
+bool
+NodeRanged(int32 node)
+{
+	return RangedFor(node, CitusGroup());
+}
+
+/*
+ * SessionNodeRanged's answer, good while ConfigEpoch and the transaction
+ * stay what they were (as CitusGroup's own memo is): common.h reads it.
+ */
+NodeMemo	SessionNodeMemo = {0, InvalidLocalTransactionId, 0, false};
+
+/*
  * SessionNodeId, and whether its values are held to a range (NodeRanged):
  * one look at the Citus group, for a draw.
  */
 int32
-SessionNodeRanged(bool *ranged)
+SessionNodeRangedSlow(bool *ranged)
 {
 	int32		group;
 
@@ -136,19 +159,13 @@ SessionNodeRanged(bool *ranged)
 	}
 	else if ((group = CitusGroup()) >= 0 && SessionNode != group)
 		GroupChangedError(group);
-	*ranged = SessionNode > 0 || group >= 0;
+	*ranged = RangedFor(SessionNode, group);
+	SessionNodeMemo.epoch = ConfigEpoch;
+	SessionNodeMemo.lxid = MyProc != NULL && IsTransactionState() ?
+		MyLocalTransactionId() : InvalidLocalTransactionId;
+	SessionNodeMemo.node = SessionNode;
+	SessionNodeMemo.ranged = *ranged;
 	return SessionNode;
-}
-
-/*
- * Whether node's values are held to its range: every node but 0, and node
- * 0 too in a Citus cluster (the coordinator), where the workers' ranges
- * begin at 2^53.  A single server's node 0 hands out the whole bigint range.
- */
-bool
-NodeRanged(int32 node)
-{
-	return node > 0 || CitusGroup() >= 0;
 }
 
 /*
@@ -160,6 +177,7 @@ void
 NodeIdForget(void)
 {
 	SessionNode = -1;
+	SessionNodeMemo.lxid = InvalidLocalTransactionId;
 	ClaimVerified = false;
 }
 

@@ -201,11 +201,33 @@ SyncStampOfNames(void)
 	return hash;
 }
 
+/*
+ * SyncStamp's common answer (common.h): the checkpointer's byte, once known,
+ * holding the value that means "no synchronous standby in force".
+ */
+const volatile uint8 *SyncStatusByte = NULL;
+uint8		SyncNoneStatus = 0;
+
 uint32
-SyncStamp(void)
+SyncStampSlow(void)
 {
-	/* every draw of the node cache asks: the common answer first, inline */
-	if (max_wal_senders == 0 || WalSndCtl == NULL || !SyncStandbysInForce())
+	static const uint8 none = 0;
+
+	if (!IsUnderPostmaster)
+	{
+		/* a single-user server has no standby */
+		SyncNoneStatus = none;
+		SyncStatusByte = &none;
+		return 0;
+	}
+	if (max_wal_senders == 0 || WalSndCtl == NULL)
+		return 0;
+	if (SyncStatusByte == NULL)
+	{
+		SyncNoneStatus = ServerHasStatusFlags() ? STATUS_INIT : 0;
+		SyncStatusByte = (const volatile uint8 *) &SYNC_STANDBYS_BYTE(WalSndCtl);
+	}
+	if (!SyncStandbysInForce())
 		return 0;
 	return SyncStampOfNames();
 }

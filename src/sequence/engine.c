@@ -463,7 +463,8 @@ LoadOrPullSequence(SeqEntry *entry)
 		(ClusterPull(KIND_SEQUENCE, entry->cache.name) && LoadSequenceConfig(entry));
 }
 
-static SeqEntry *
+/* inline: every draw looks its sequence up, and most find it at once */
+static pg_attribute_always_inline SeqEntry *
 LookupSequence(FunctionCallInfo fcinfo)
 {
 	bool		is_new;
@@ -952,8 +953,11 @@ sharded_nextval(PG_FUNCTION_ARGS)
 	int64		local;
 	int64		value;
 
-	PreventCommandIfReadOnly("sharded_nextval()");
-	PreventCommandIfParallelMode("sharded_nextval()");
+	/* their own tests first: two calls into the server saved on every draw */
+	if (unlikely(XactReadOnly))
+		PreventCommandIfReadOnly("sharded_nextval()");
+	if (unlikely(IsInParallelMode()))
+		PreventCommandIfParallelMode("sharded_nextval()");
 
 	entry = LookupSequence(fcinfo);
 	/* a cutover: this server was stopped, or it has not seen the reservations */

@@ -13,6 +13,8 @@
  * block is used up; the next one is taken if published (prefetched), or
  * reserved by one caller while the others wait for that one reservation, on
  * a heavyweight lock (visible to the deadlock detector and in pg_locks).
+ * A session that draws alone adds 16 at a time and hands the tickets out
+ * while the state stays where its add left it (a run: see NodeRun).
  *
  * Blocks are reserved from the generation's shards, as any session's block
  * is (CarveNodeBlock: the draw lock, nextval_internal, the WAL flushed, the
@@ -348,6 +350,9 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 		ref->entry = EntryAt(h->index);
 		ref->incarnation = pg_atomic_read_u64(&ref->entry->incarnation);
 		ref->next_mark = 0;
+	ref->after = 0;
+	ref->lone = 0;
+	ref->run = 0;
 		LWLockRelease(NodeShared->lock);
 		return true;
 	}
@@ -396,6 +401,9 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 	ref->entry = EntryAt(h->index);
 	ref->incarnation = pg_atomic_read_u64(&ref->entry->incarnation);
 	ref->next_mark = 0;
+	ref->after = 0;
+	ref->lone = 0;
+	ref->run = 0;
 	LWLockRelease(NodeShared->lock);
 	CountLeft(&left);
 	return true;
@@ -934,18 +942,105 @@ Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 	(void) Reserve(ref, RESERVE_PREFETCH, j, 0, 0, true, &waited);
 }
 
+/* ---- runs: a session that draws alone ---- */
+
+#define RUN_AFTER		16		/* adds in a row that found the state where ours left it */
+#define RUN_LENGTH		16		/* tickets a run takes: at most RUN_LENGTH - 1 become a gap */
+#define RUN_SLOTS		4		/* runs a session holds at once (sequences drawn in turn) */
+
+/*
+ * A run: tickets of one block that a session drawing alone took with one
+ * add.  It hands them out without an atomic operation while the state is
+ * still the one its add left (end).  Any other draw, a move to the next
+ * block, a new generation or a resync moves the state, and so ends the run;
+ * its rest is a gap.  Values keep draw order across sessions: a draw from
+ * the run reads the state before the next add of anybody, and that add
+ * gets a ticket at or above end.  A session that exits gives the rest back
+ * if nobody drew since.
+ */
+typedef struct NodeRun
+{
+	NodeEntry  *entry;			/* NULL: a free slot */
+	uint64		incarnation;	/* of the ref that took it: 0 when free */
+	uint64		next;			/* the next ticket (as a state) */
+	uint64		stop;			/* tickets up to here lie in the block */
+	uint64		end;			/* the state the run's add left */
+	uint64		mark;			/* the block's low-water mark: Prefetch there */
+	int64		value;			/* next's value */
+	int64		count;			/* the block's */
+	int32		generation;
+	uint32		sync;
+} NodeRun;
+
+static NodeRun Runs[RUN_SLOTS];
+static uint32 NextRunSlot = 0;
+static bool RunsExitSet = false;
+
+/* Give a run's rest back, if nobody drew since it was taken; free the slot. */
+static void
+GiveBack(NodeRun *run)
+{
+	uint64		end = run->end;
+
+	if (run->entry != NULL && run->next != run->end &&
+		pg_atomic_read_u64(&run->entry->incarnation) == run->incarnation)
+		(void) pg_atomic_compare_exchange_u64(&run->entry->state, &end, run->next);
+	memset(run, 0, sizeof(NodeRun));
+}
+
+static void
+GiveBackRuns(int code, Datum arg)
+{
+	for (int i = 0; i < RUN_SLOTS; i++)
+		GiveBack(&Runs[i]);
+}
+
+/*
+ * The add that left old + n handed out ticket old, of block blk: keep the
+ * tickets after it that lie in the block as the ref's run.
+ */
+static pg_noinline void
+TakeRun(NodeRef *ref, uint64 old, uint64 n, NodeBlock *blk)
+{
+	int64		off = (int64) (old & OFF_MASK);
+	uint64		in_block = Min(n, (uint64) (blk->count - off));
+	NodeRun    *run = &Runs[ref->run % RUN_SLOTS];
+
+	if (in_block <= 1)
+		return;
+	if (!RunsExitSet)
+	{
+		before_shmem_exit(GiveBackRuns, (Datum) 0);
+		RunsExitSet = true;
+	}
+	if (run->incarnation != ref->incarnation)
+	{
+		/* the slot holds another sequence's run, perhaps: take the next one */
+		ref->run = NextRunSlot++ % RUN_SLOTS;
+		run = &Runs[ref->run];
+		GiveBack(run);
+	}
+	run->entry = ref->entry;
+	run->incarnation = ref->incarnation;
+	run->next = old + 1;
+	run->stop = old + in_block;
+	run->end = old + n;
+	run->mark = (old & ~OFF_MASK) | (uint64) (blk->count / 2);
+	run->value = blk->first + off + 1;
+	run->count = blk->count;
+	run->generation = blk->generation;
+	run->sync = blk->sync;
+}
+
 /* whether this draw waited for a reservation: not on the stack, so the hot path keeps none */
 static bool DrawWaited;
 
 /*
- * Draw a value from the node cache.  generation is the one the caller's
- * configuration has in force: an older one cached here is left at once.
- * NODE_GOT: *local (of generation *value_gen) is the caller's.  NODE_STALE:
- * the entry is no longer this sequence's; attach again.  NODE_FALLBACK:
- * draw per session.
+ * Draw with a ticket of the state: one add, or RUN_LENGTH of them (a run)
+ * for a session that has drawn alone for a while.
  */
-NodeDrawResult
-NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
+static pg_noinline NodeDrawResult
+DrawTicket(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 {
 	NodeEntry  *e = ref->entry;
 	NodeDrawResult result = NODE_FALLBACK;
@@ -974,7 +1069,14 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 		}
 		else
 		{
-			old = pg_atomic_fetch_add_u64(&e->state, 1);
+			uint64		n = ref->lone >= RUN_AFTER ? RUN_LENGTH : 1;
+
+			old = pg_atomic_fetch_add_u64(&e->state, n);
+			if (old != ref->after)
+				ref->lone = 0;
+			else if (ref->lone < RUN_AFTER)
+				ref->lone++;
+			ref->after = old + n;
 			j = old >> OFF_BITS;
 			off = (int64) (old & OFF_MASK);
 			switch (ReadSlot(e, j, ref->incarnation, &blk))
@@ -996,6 +1098,8 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 					{
 						*local = blk.first + off;
 						*value_gen = blk.generation;
+						if (n > 1)
+							TakeRun(ref, old, n, &blk);
 						if (off == 0 || off == blk.count / 2)
 							Prefetch(ref, j, off, blk.count);
 						result = NODE_GOT;
@@ -1017,6 +1121,41 @@ done:
 	if (DrawWaited)
 		StatsCount(KIND_SEQUENCE, e->key.id, STAT_NODE_WAITS, 1);
 	return result;
+}
+
+/*
+ * Draw a value from the node cache.  generation is the one the caller's
+ * configuration has in force: an older one cached here is left at once.
+ * NODE_GOT: *local (of generation *value_gen) is the caller's.  NODE_STALE:
+ * the entry is no longer this sequence's; attach again.  NODE_FALLBACK:
+ * draw per session.  The ref's run first: the state read before the rest,
+ * as a ticket would be taken.
+ */
+NodeDrawResult
+NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
+{
+	NodeRun    *run = &Runs[ref->run];
+	NodeEntry  *e = ref->entry;
+
+	if (run->next != run->stop && run->incarnation == ref->incarnation &&
+		pg_atomic_read_u64(&e->state) == run->end)
+	{
+		uint32		stamp;
+
+		pg_read_barrier();
+		stamp = SyncStamp();
+		if (pg_atomic_read_u64(&e->incarnation) == ref->incarnation &&
+			(int32) pg_atomic_read_u32(&e->generation) >= generation &&
+			(stamp == 0 || stamp == run->sync))
+		{
+			*local = run->value++;
+			*value_gen = run->generation;
+			if (run->next++ == run->mark)
+				Prefetch(ref, run->mark >> OFF_BITS, (int64) (run->mark & OFF_MASK), run->count);
+			return NODE_GOT;
+		}
+	}
+	return DrawTicket(ref, generation, local, value_gen);
 }
 
 /* ---- the worker's prefetch ---- */

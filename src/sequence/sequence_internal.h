@@ -69,6 +69,9 @@ typedef struct NodeRef
 	uint64		next_mark;		/* 1 + the block whose low-water mark this
 								 * session crosses next if it alone draws; 0:
 								 * it crossed none */
+	uint64		after;			/* the state our last add left */
+	uint32		lone;			/* adds in a row that found it there */
+	uint32		run;			/* the run slot it last took (node_cache.c) */
 } NodeRef;
 
 typedef enum NodeDrawResult
