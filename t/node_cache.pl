@@ -37,11 +37,12 @@
 #      older generation is not published; the session draws per session
 #      rather than reserving block after block.
 #   8. Block numbers wrap: values go on across the wrap, without gaps.
-#   9. Runs: a session that draws alone takes 16 tickets with one add.  A
-#      value drawn by another session meanwhile lies above them (the rest of
-#      the run is a gap) and ends the run: the first session's next value is
-#      above that one.  A session that ends gives its run's rest back, and
-#      alter_sequence ends a run at once.
+#   9. Runs: a transaction that draws alone takes 16 tickets with one add.
+#      A value drawn by another session meanwhile lies above them (the rest
+#      of the run is a gap) and ends the run: the first transaction's next
+#      value is above that one.  A transaction that ends gives its run's rest
+#      back, a value per transaction takes no run, and alter_sequence ends a
+#      run at once.
 use strict;
 use warnings;
 use IPC::Run;
@@ -410,34 +411,39 @@ note("RESULT across the wrap of block numbers: values $w[0]..$wc[-1], node cache
 cmp_ok($whits, '>=', 200, 'the node cache kept serving after the wrap');
 $wrap->stop;
 
-# ---- 9. runs: a session that draws alone takes 16 tickets with one add ----
-# Section header at the top.  Counts are exact: after 16 adds in a row that
-# found the state where the session's last one left it, every add takes 16
-# tickets, so a session that drew 100 values alone holds 13 (its first add
-# finds nothing of its own: 17 single, then 83 from runs of 16).
+# ---- 9. runs: a transaction that draws alone takes 16 tickets with one add ----
+# Section header at the top.  Counts are exact: after 16 adds in a row in
+# one transaction that found the state where its last one left it, every
+# add takes 16 tickets, so a transaction that drew 100 values alone holds 13
+# (its first add finds nothing of its own: 17 single, then 83 from runs).
 sql("SELECT sharded_seq.create_sequence('r', shards => 2, block => 1000)");
 my $alone = $node->background_psql('stress');
 sub alone_draw { return bg_query($alone, "SELECT max(v) FROM (SELECT sharded_nextval('r') v FROM generate_series(1, $_[0])) x"); }
+$alone->query_safe('BEGIN');
 my $a1 = alone_draw(100);
 my $b1 = sql("SELECT sharded_nextval('r')");
-cmp_ok($b1, '>', $a1, 'a value drawn after a run was taken lies above the run\'s values');
+cmp_ok($b1, '>', $a1, 'a value drawn while a transaction holds a run lies above the run\'s values');
 is($b1 - $a1 - 1, 13, '... the 13 tickets left of the run are a gap');
 my $a2 = alone_draw(1);
-cmp_ok($a2, '>', $b1, 'the session that holds the run draws again: above the other session\'s value (its run ended)');
-# a session that ends gives the rest of its run back
+cmp_ok($a2, '>', $b1, 'the transaction that held the run draws again: above the other session\'s value (its run ended)');
 my $a3 = alone_draw(100);
-is(increasing($a1, $b1, $a2, $a3), '', 'the values so far follow draw order');
-$alone->quit;
+$alone->query_safe('COMMIT');
 my $c1 = sql("SELECT sharded_nextval('r')");
-is($c1, $a3 + 1, 'a session that held a run and ended burns nothing: the next value follows its last');
+is(increasing($a1, $b1, $a2, $a3, $c1), '', 'the values so far follow draw order');
+is($c1, $a3 + 1, 'a transaction that held a run and ended burns nothing: the next value follows its last');
+# a session that draws a value per transaction takes no run: no gap for others
+my @single = map { scalar(alone_draw(1)) } 1 .. 40;
+my $c2 = sql("SELECT sharded_nextval('r')");
+is($c2, $single[-1] + 1, '40 transactions of one value each in one session: the next session\'s value follows');
 # a new generation ends a run at once
-$alone = $node->background_psql('stress');
+$alone->query_safe('BEGIN');
 my $a4 = alone_draw(100);
 sql("SELECT sharded_seq.alter_sequence('r', shards => 3)");
 my $a5 = alone_draw(1);
-cmp_ok($a5, '>', $a4 + 15, 'after alter_sequence the session holding a run draws from the new generation, not its run');
-my $c2 = sql("SELECT sharded_nextval('r')");
-cmp_ok($c2, '>', $a5, '... and a new connection then draws above it');
+cmp_ok($a5, '>', $a4 + 15, 'after alter_sequence the transaction holding a run draws from the new generation, not its run');
+my $c3 = sql("SELECT sharded_nextval('r')");
+cmp_ok($c3, '>', $a5, '... and a new connection then draws above it');
+$alone->query_safe('COMMIT');
 $alone->quit;
 
 done_testing();

@@ -26,6 +26,7 @@
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
 
 #define SHARDED_SEQ_SCHEMA		"sharded_seq"
 #define SHARDED_SEQ_MAX_NAME	(NAMEDATALEN - 1)

@@ -352,6 +352,7 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 		ref->next_mark = 0;
 	ref->after = 0;
 	ref->lone = 0;
+	ref->lone_in = InvalidLocalTransactionId;
 	ref->run = 0;
 		LWLockRelease(NodeShared->lock);
 		return true;
@@ -403,6 +404,7 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 	ref->next_mark = 0;
 	ref->after = 0;
 	ref->lone = 0;
+	ref->lone_in = InvalidLocalTransactionId;
 	ref->run = 0;
 	LWLockRelease(NodeShared->lock);
 	CountLeft(&left);
@@ -944,7 +946,7 @@ Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 
 /* ---- runs: a session that draws alone ---- */
 
-#define RUN_AFTER		16		/* adds in a row that found the state where ours left it */
+#define RUN_AFTER		16		/* adds in a row, in one transaction, that found the state where ours left it */
 #define RUN_LENGTH		16		/* tickets a run takes: at most RUN_LENGTH - 1 become a gap */
 #define RUN_SLOTS		4		/* runs a session holds at once (sequences drawn in turn) */
 
@@ -955,8 +957,10 @@ Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
  * block, a new generation or a resync moves the state, and so ends the run;
  * its rest is a gap.  Values keep draw order across sessions: a draw from
  * the run reads the state before the next add of anybody, and that add
- * gets a ticket at or above end.  A session that exits gives the rest back
- * if nobody drew since.
+ * gets a ticket at or above end.  Runs are for a transaction that draws in
+ * bulk: only one that drew alone RUN_AFTER times takes them, and its end
+ * gives the rest back if nobody drew since (so does the session's exit), so
+ * sessions that draw now and then leave no gap.
  */
 typedef struct NodeRun
 {
@@ -974,7 +978,7 @@ typedef struct NodeRun
 
 static NodeRun Runs[RUN_SLOTS];
 static uint32 NextRunSlot = 0;
-static bool RunsExitSet = false;
+static bool RunsCallbacksSet = false;
 
 /* Give a run's rest back, if nobody drew since it was taken; free the slot. */
 static void
@@ -995,6 +999,13 @@ GiveBackRuns(int code, Datum arg)
 		GiveBack(&Runs[i]);
 }
 
+static void
+GiveBackAtXactEnd(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+		GiveBackRuns(0, (Datum) 0);
+}
+
 /*
  * The add that left old + n handed out ticket old, of block blk: keep the
  * tickets after it that lie in the block as the ref's run.
@@ -1008,10 +1019,11 @@ TakeRun(NodeRef *ref, uint64 old, uint64 n, NodeBlock *blk)
 
 	if (in_block <= 1)
 		return;
-	if (!RunsExitSet)
+	if (!RunsCallbacksSet)
 	{
+		RegisterXactCallback(GiveBackAtXactEnd, NULL);
 		before_shmem_exit(GiveBackRuns, (Datum) 0);
-		RunsExitSet = true;
+		RunsCallbacksSet = true;
 	}
 	if (run->incarnation != ref->incarnation)
 	{
@@ -1069,8 +1081,14 @@ DrawTicket(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 		}
 		else
 		{
-			uint64		n = ref->lone >= RUN_AFTER ? RUN_LENGTH : 1;
+			uint64		n;
 
+			if (ref->lone_in != MyLocalTransactionId())
+			{
+				ref->lone = 0;
+				ref->lone_in = MyLocalTransactionId();
+			}
+			n = ref->lone >= RUN_AFTER ? RUN_LENGTH : 1;
 			old = pg_atomic_fetch_add_u64(&e->state, n);
 			if (old != ref->after)
 				ref->lone = 0;

@@ -70,7 +70,8 @@ typedef struct NodeRef
 								 * session crosses next if it alone draws; 0:
 								 * it crossed none */
 	uint64		after;			/* the state our last add left */
-	uint32		lone;			/* adds in a row that found it there */
+	uint32		lone;			/* adds in a row, in this transaction, that found it there */
+	LocalTransactionId lone_in;	/* the transaction lone counts in */
 	uint32		run;			/* the run slot it last took (node_cache.c) */
 } NodeRef;
 
