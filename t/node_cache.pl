@@ -41,8 +41,9 @@
 #      A value drawn by another session meanwhile lies above them (the rest
 #      of the run is a gap) and ends the run: the first transaction's next
 #      value is above that one.  A transaction that ends gives its run's rest
-#      back, a value per transaction takes no run, and alter_sequence ends a
-#      run at once.
+#      back, a value per transaction takes no run, alter_sequence ends a
+#      run at once, and a run that holds the low-water mark asks for the
+#      next block even if another session's draw ends it first.
 use strict;
 use warnings;
 use IPC::Run;
@@ -443,6 +444,19 @@ my $a5 = alone_draw(1);
 cmp_ok($a5, '>', $a4 + 15, 'after alter_sequence the transaction holding a run draws from the new generation, not its run');
 my $c3 = sql("SELECT sharded_nextval('r')");
 cmp_ok($c3, '>', $a5, '... and a new connection then draws above it');
+$alone->query_safe('COMMIT');
+# a run that holds the block's low-water mark asks for the next block when
+# it is taken: here another session's draw ends it before the mark (offset
+# 499 of 1000) is handed out.  498 draws: 17 single, then runs of 16 from
+# offset 17, the last one taken at offset 497.
+sql("SELECT sharded_seq.create_sequence('m', shards => 1, block => 1000)");
+$alone->query_safe('BEGIN');
+my $m1 = bg_query($alone, "SELECT max(v) - min(v) + 1 FROM (SELECT sharded_nextval('m') v FROM generate_series(1, 498)) x");
+my $m2 = sql("SELECT sharded_nextval('m')");
+is($m1, 498, 'a transaction drew 498 values of a fresh sequence alone');
+cmp_ok($m2, '>', 500, '... another session\'s value ended its run past the low-water mark');
+ok($node->poll_query_until('stress', "SELECT node_cache_reservations >= 2 FROM sharded_seq.sequences WHERE name = 'm'"),
+	'the next block was reserved although nobody handed out the mark');
 $alone->query_safe('COMMIT');
 $alone->quit;
 

@@ -397,10 +397,17 @@ extern uint8 SyncNoneStatus;
  * no synchronous standby in force).  Every node cache draw asks: the common
  * answer is one byte of shared memory.
  */
+static inline bool
+SyncStandbysNone(void)
+{
+	/* false until SyncStampSlow has run once: then it is known */
+	return SyncStatusByte != NULL && *SyncStatusByte == SyncNoneStatus;
+}
+
 static inline uint32
 SyncStamp(void)
 {
-	if (likely(SyncStatusByte != NULL && *SyncStatusByte == SyncNoneStatus))
+	if (likely(SyncStandbysNone()))
 		return 0;
 	return SyncStampSlow();
 }

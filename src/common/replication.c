@@ -213,14 +213,14 @@ SyncStampSlow(void)
 {
 	static const uint8 none = 0;
 
-	if (!IsUnderPostmaster)
+	if (!IsUnderPostmaster || max_wal_senders == 0)
 	{
-		/* a single-user server has no standby */
+		/* a single-user server, or one with no WAL sender, has no standby */
 		SyncNoneStatus = none;
 		SyncStatusByte = &none;
 		return 0;
 	}
-	if (max_wal_senders == 0 || WalSndCtl == NULL)
+	if (WalSndCtl == NULL)
 		return 0;
 	if (SyncStatusByte == NULL)
 	{

@@ -969,11 +969,8 @@ typedef struct NodeRun
 	uint64		next;			/* the next ticket (as a state) */
 	uint64		stop;			/* tickets up to here lie in the block */
 	uint64		end;			/* the state the run's add left */
-	uint64		mark;			/* the block's low-water mark: Prefetch there */
 	int64		value;			/* next's value */
-	int64		count;			/* the block's */
 	int32		generation;
-	uint32		sync;
 } NodeRun;
 
 static NodeRun Runs[RUN_SLOTS];
@@ -1008,7 +1005,9 @@ GiveBackAtXactEnd(XactEvent event, void *arg)
 
 /*
  * The add that left old + n handed out ticket old, of block blk: keep the
- * tickets after it that lie in the block as the ref's run.
+ * tickets after it that lie in the block as the ref's run.  A run that
+ * holds the block's low-water mark asks for the next block now: another
+ * session's draw may end the run before the mark is handed out.
  */
 static pg_noinline void
 TakeRun(NodeRef *ref, uint64 old, uint64 n, NodeBlock *blk)
@@ -1037,11 +1036,10 @@ TakeRun(NodeRef *ref, uint64 old, uint64 n, NodeBlock *blk)
 	run->next = old + 1;
 	run->stop = old + in_block;
 	run->end = old + n;
-	run->mark = (old & ~OFF_MASK) | (uint64) (blk->count / 2);
 	run->value = blk->first + off + 1;
-	run->count = blk->count;
 	run->generation = blk->generation;
-	run->sync = blk->sync;
+	if (off < blk->count / 2 && blk->count / 2 < off + (int64) in_block)
+		Prefetch(ref, old >> OFF_BITS, blk->count / 2, blk->count);
 }
 
 /* whether this draw waited for a reservation: not on the stack, so the hot path keeps none */
@@ -1088,7 +1086,8 @@ DrawTicket(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 				ref->lone = 0;
 				ref->lone_in = MyLocalTransactionId();
 			}
-			n = ref->lone >= RUN_AFTER ? RUN_LENGTH : 1;
+			/* a run is drawn from only while no synchronous standby is in force */
+			n = ref->lone >= RUN_AFTER && SyncStandbysNone() ? RUN_LENGTH : 1;
 			old = pg_atomic_fetch_add_u64(&e->state, n);
 			if (old != ref->after)
 				ref->lone = 0;
@@ -1155,21 +1154,18 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 	NodeRun    *run = &Runs[ref->run];
 	NodeEntry  *e = ref->entry;
 
+	/* tail calls only: the common path saves no register */
 	if (run->next != run->stop && run->incarnation == ref->incarnation &&
 		pg_atomic_read_u64(&e->state) == run->end)
 	{
-		uint32		stamp;
-
 		pg_read_barrier();
-		stamp = SyncStamp();
 		if (pg_atomic_read_u64(&e->incarnation) == ref->incarnation &&
 			(int32) pg_atomic_read_u32(&e->generation) >= generation &&
-			(stamp == 0 || stamp == run->sync))
+			SyncStandbysNone())
 		{
 			*local = run->value++;
 			*value_gen = run->generation;
-			if (run->next++ == run->mark)
-				Prefetch(ref, run->mark >> OFF_BITS, (int64) (run->mark & OFF_MASK), run->count);
+			run->next++;
 			return NODE_GOT;
 		}
 	}
