@@ -9,7 +9,9 @@
 # over DRAWS, is the marginal cost of a draw, reservations of new blocks
 # included (one per 1,000 values).  Prints the count per draw and the
 # functions that cost the most (CG_OUT=DIR keeps the callgrind files there,
-# for callgrind_annotate --auto=yes).
+# for callgrind_annotate --auto=yes); then the instructions of a whole
+# transaction that executes a prepared SELECT 1, sharded_nextval or nextval
+# (P2's unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DRAWS="${1:-200000}"
@@ -22,6 +24,7 @@ q "ALTER SYSTEM SET shared_preload_libraries = 'sharded_seq'" >/dev/null
 as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$CLUSTER_DIR/server.log" -m fast -w restart >/dev/null
 q "SELECT sharded_seq.create_sequence('i_node')" >/dev/null
 q "SELECT sharded_seq.create_sequence('i_session', cache => 'session')" >/dev/null
+q "CREATE SEQUENCE i_native CACHE 1000" >/dev/null
 cluster_stop fast
 
 # count SEQ N: instructions inside sharded_nextval while a session draws 1,000 then N values
@@ -41,4 +44,22 @@ for seq in i_node i_session; do
     [ -z "${CG_OUT:-}" ] || cp "$CLUSTER_DIR/cg.$seq.$((DRAWS + 1000))" "$CG_OUT/"
     callgrind_annotate "$CLUSTER_DIR/cg.$seq.$((DRAWS + 1000))" 2>/dev/null \
         | grep -E '^ *[0-9][0-9,]* \(' | sed -n '2,13p' | sed 's/^/    /'
+done
+
+# P2's unit: a transaction that executes a prepared statement, the whole
+# backend counted (PostgreSQL's function call included), marginal over 2,000
+# executions, each its own transaction
+per_xact() {
+    local out="$CLUSTER_DIR/cg.x.$1.$2"
+    { echo "PREPARE p AS $3"; for _ in $(seq 1 "$2"); do echo "EXECUTE p"; done; } >"$WORK/cg.sql"
+    chmod 644 "$WORK/cg.sql"
+    as_pg valgrind --tool=callgrind --callgrind-out-file="$out" \
+        "$PGBIN/postgres" --single -D "$PGDATA" bench <"$WORK/cg.sql" >"$CLUSTER_DIR/cg.log" 2>&1
+    callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'
+}
+echo "per transaction (EXECUTE of a prepared statement, whole backend, marginal over 2000):"
+for what in "SELECT 1" "SELECT sharded_nextval('i_node')" "SELECT sharded_nextval('i_session')" "SELECT nextval('i_native')"; do
+    a=$(per_xact x 1000 "$what")
+    b=$(per_xact x 3000 "$what")
+    echo "    $what: $(( (b - a) / 2000 ))"
 done
