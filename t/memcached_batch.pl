@@ -305,8 +305,14 @@ my $p5 = load('p5', 8);
 sub mc_used
 {
 	my $from = mc_incrs();
-	poll_until(sub { mc_incrs() > $from }, 'memcached requests');
-	return;
+	# a wait that fails says what the worker and the counters saw meanwhile
+	eval { poll_until(sub { mc_incrs() > $from }, 'memcached requests'); 1 } and return;
+	my $why = $@;
+	diag("memcached stats: " . join(', ', map { "$_=" . ($mc->stat_value($_) // '?') }
+		qw(pid uptime curr_connections total_connections incr_hits incr_misses get_hits get_misses)));
+	diag("sharded_seq.memcached_stats:\n" . $node->safe_psql($db, "SELECT * FROM sharded_seq.memcached_stats"));
+	diag("sharded_seq.workers:\n" . $node->safe_psql($db, "SELECT * FROM sharded_seq.workers"));
+	die $why;
 }
 mc_used();
 is($mc->command('flush_all'), 'OK', 'flush_all under load');

@@ -44,6 +44,8 @@
 #      back, a value per transaction takes no run, alter_sequence ends a
 #      run at once, and a run that holds the low-water mark asks for the
 #      next block even if another session's draw ends it first.
+#  10. A full node cache: the sweep that looks for an idle entry does not
+#      take one a transaction draws from with a run (its state stays).
 use strict;
 use warnings;
 use IPC::Run;
@@ -459,5 +461,32 @@ ok($node->poll_query_until('stress', "SELECT node_cache_reservations >= 2 FROM s
 	'the next block was reserved although nobody handed out the mark');
 $alone->query_safe('COMMIT');
 $alone->quit;
+
+# ---- 10. the sweep leaves an entry a run draws from ----
+# Room for 2 sequences.  A transaction draws 'a' from a run, which leaves
+# the state where it was; meanwhile two sweeps pass (new connections asking
+# room for 'c'): the second must take 'b', idle, and not 'a'.
+my $sw = ssq_node('sweep', preload => 1, conf => "sharded_seq.node_cache_sequences = 2\n");
+$sw->safe_psql('stress', q{
+SELECT sharded_seq.create_sequence('a', block => 1000);
+SELECT sharded_seq.create_sequence('b', block => 1000);
+SELECT sharded_seq.create_sequence('c', block => 1000);
+});
+sub swsql { return $sw->safe_psql('stress', $_[0]); }
+my $runner = $sw->background_psql('stress');
+sub run_draw { return scalar(bg_query($runner, "SELECT max(v) FROM (SELECT sharded_nextval('a') v FROM generate_series(1, $_[0])) x")); }
+$runner->query_safe('BEGIN');
+my $s1 = run_draw(20);		# 17 single, 3 of a run of 16
+swsql("SELECT sharded_nextval('b')");
+swsql("SELECT sharded_nextval('c')");	# the first sweep notes a's and b's states
+my $s2 = run_draw(1);		# from the run: a's state stays
+swsql("SELECT sharded_nextval('c')");	# the second sweep
+my $s3 = run_draw(1);
+$runner->query_safe('COMMIT');
+$runner->quit;
+is("$s2 $s3", ($s1 + 1) . ' ' . ($s1 + 2), 'a transaction drawing from a run keeps its entry: the sweep took the idle one');
+like(swsql("SELECT string_agg(name || ':' || cache_in_force, ' ' ORDER BY name) FROM sharded_seq.sequences"),
+	qr/^a:node b:\w+ c:node$/, '... and the third sequence has a node cache entry now');
+$sw->stop;
 
 done_testing();

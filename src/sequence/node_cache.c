@@ -13,8 +13,8 @@
  * block is used up; the next one is taken if published (prefetched), or
  * reserved by one caller while the others wait for that one reservation, on
  * a heavyweight lock (visible to the deadlock detector and in pg_locks).
- * A session that draws alone adds 16 at a time and hands the tickets out
- * while the state stays where its add left it (a run: see NodeRun).
+ * A transaction that draws alone in bulk adds 16 at a time and hands the
+ * tickets out while the state stays where its add left it (a run: NodeRun).
  *
  * Blocks are reserved from the generation's shards, as any session's block
  * is (CarveNodeBlock: the draw lock, nextval_internal, the WAL flushed, the
@@ -107,7 +107,8 @@ typedef struct NodeEntry
 {
 	/* written by every draw: alone on its cache line */
 	pg_atomic_uint64 state;
-	char		pad[PG_CACHE_LINE_SIZE - sizeof(pg_atomic_uint64)];
+	pg_atomic_uint32 run_drawn;		/* a run drew since the sweep last passed */
+	char		pad[PG_CACHE_LINE_SIZE - sizeof(pg_atomic_uint64) - sizeof(pg_atomic_uint32)];
 
 	/* read by every draw, written once per block */
 	pg_atomic_uint64 incarnation;
@@ -204,6 +205,7 @@ NodeCacheShmemInit(void)
 
 			memset(e, 0, sizeof(NodeEntry));
 			pg_atomic_init_u64(&e->state, 0);
+			pg_atomic_init_u32(&e->run_drawn, 0);
 			pg_atomic_init_u64(&e->incarnation, 0);
 			pg_atomic_init_u32(&e->generation, 0);
 #ifdef SHARDED_SEQ_WAIT_POINTS
@@ -301,7 +303,8 @@ FreeEntry(NodeEntry *e, LeftCount *left)
 /*
  * An entry to give a new sequence: a free one, or one nobody drew from since
  * the sweep last passed it (the sweep notes each entry's state as it
- * passes), and that has no reservation in flight.  NULL if none.  Lock held
+ * passes, and a draw from a run, which leaves the state, marks run_drawn),
+ * and that has no reservation in flight.  NULL if none.  Lock held
  * exclusively.
  */
 static NodeEntry *
@@ -317,12 +320,13 @@ FindVictim(LeftCount *left)
 			continue;
 		if (e->key.dbid == InvalidOid)
 			return e;
-		if (state == e->swept_state)
+		if (state == e->swept_state && pg_atomic_read_u32(&e->run_drawn) == 0)
 		{
 			FreeEntry(e, left);
 			return e;
 		}
 		e->swept_state = state;
+		pg_atomic_write_u32(&e->run_drawn, 0);
 	}
 	return NULL;
 }
@@ -350,10 +354,10 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 		ref->entry = EntryAt(h->index);
 		ref->incarnation = pg_atomic_read_u64(&ref->entry->incarnation);
 		ref->next_mark = 0;
-	ref->after = 0;
-	ref->lone = 0;
-	ref->lone_in = InvalidLocalTransactionId;
-	ref->run = 0;
+		ref->after = 0;
+		ref->lone = 0;
+		ref->lone_in = InvalidLocalTransactionId;
+		ref->run = 0;
 		LWLockRelease(NodeShared->lock);
 		return true;
 	}
@@ -372,6 +376,7 @@ NodeCacheAttach(Oid config_relid, int32 id, NodeRef *ref)
 		NodeShared->nfree--;
 		e->key = key;
 		e->swept_state = PG_UINT64_MAX;
+		pg_atomic_write_u32(&e->run_drawn, 0);
 		pg_atomic_write_u32(&e->prefetch_wanted, 0);
 		pg_atomic_write_u32(&e->eager, 0);
 		pg_atomic_write_u32(&e->generation, 0);
@@ -944,14 +949,14 @@ Prefetch(NodeRef *ref, uint64 j, int64 off, int64 count)
 	(void) Reserve(ref, RESERVE_PREFETCH, j, 0, 0, true, &waited);
 }
 
-/* ---- runs: a session that draws alone ---- */
+/* ---- runs: a transaction that draws alone ---- */
 
 #define RUN_AFTER		16		/* adds in a row, in one transaction, that found the state where ours left it */
 #define RUN_LENGTH		16		/* tickets a run takes: at most RUN_LENGTH - 1 become a gap */
 #define RUN_SLOTS		4		/* runs a session holds at once (sequences drawn in turn) */
 
 /*
- * A run: tickets of one block that a session drawing alone took with one
+ * A run: tickets of one block that a transaction drawing alone took with one
  * add.  It hands them out without an atomic operation while the state is
  * still the one its add left (end).  Any other draw, a move to the next
  * block, a new generation or a resync moves the state, and so ends the run;
@@ -1047,7 +1052,7 @@ static bool DrawWaited;
 
 /*
  * Draw with a ticket of the state: one add, or RUN_LENGTH of them (a run)
- * for a session that has drawn alone for a while.
+ * for a transaction whose last RUN_AFTER adds found nobody had drawn since.
  */
 static pg_noinline NodeDrawResult
 DrawTicket(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
@@ -1166,6 +1171,8 @@ NodeCacheDraw(NodeRef *ref, int32 generation, int64 *local, int32 *value_gen)
 			*local = run->value++;
 			*value_gen = run->generation;
 			run->next++;
+			/* the state stays: tell the sweep this entry is in use */
+			pg_atomic_write_u32(&e->run_drawn, 1);
 			return NODE_GOT;
 		}
 	}
