@@ -26,7 +26,6 @@
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
-#include "storage/proc.h"
 
 #define SHARDED_SEQ_SCHEMA		"sharded_seq"
 #define SHARDED_SEQ_MAX_NAME	(NAMEDATALEN - 1)
@@ -344,35 +343,7 @@ extern bool RegistryPrefetchNews(void);
 /* node.c: node ids for several primaries, and their claims */
 extern int32 SessionNodeId(void);
 extern bool NodeRanged(int32 node);
-extern int32 SessionNodeRangedSlow(bool *ranged);
-
-typedef struct NodeMemo
-{
-	uint64		epoch;			/* ConfigEpoch when found */
-	LocalTransactionId lxid;	/* the transaction it was found in */
-	int32		node;
-	bool		ranged;
-} NodeMemo;
-
-extern NodeMemo SessionNodeMemo;
-
-/*
- * This session's node id, and whether its values are held to a range: the
- * answer found earlier in this transaction while no invalidation moved
- * ConfigEpoch (every draw asks), else found again.
- */
-static inline int32
-SessionNodeRanged(bool *ranged)
-{
-	if (likely(SessionNodeMemo.lxid != InvalidLocalTransactionId &&
-			   SessionNodeMemo.epoch == ConfigEpoch && MyProc != NULL &&
-			   SessionNodeMemo.lxid == MyLocalTransactionId()))
-	{
-		*ranged = SessionNodeMemo.ranged;
-		return SessionNodeMemo.node;
-	}
-	return SessionNodeRangedSlow(ranged);
-}
+extern int32 SessionNodeRanged(bool *ranged);
 
 extern void NodeIdForget(void);
 extern int32 NextObjectId(void);

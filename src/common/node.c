@@ -139,15 +139,20 @@ NodeRanged(int32 node)
 
 /*
  * SessionNodeRanged's answer, good while ConfigEpoch and the transaction
- * stay what they were (as CitusGroup's own memo is): common.h reads it.
+ * stay what they were (as CitusGroup's own memo is).
  */
-NodeMemo	SessionNodeMemo = {0, InvalidLocalTransactionId, 0, false};
+typedef struct NodeMemo
+{
+	uint64		epoch;			/* ConfigEpoch when found */
+	LocalTransactionId lxid;	/* the transaction it was found in */
+	int32		node;
+	bool		ranged;
+} NodeMemo;
 
-/*
- * SessionNodeId, and whether its values are held to a range (NodeRanged):
- * one look at the Citus group, for a draw.
- */
-int32
+static NodeMemo SessionNodeMemo = {0, InvalidLocalTransactionId, 0, false};
+
+/* SessionNodeRanged, found again: one look at the Citus group */
+static pg_noinline int32
 SessionNodeRangedSlow(bool *ranged)
 {
 	int32		group;
@@ -166,6 +171,24 @@ SessionNodeRangedSlow(bool *ranged)
 	SessionNodeMemo.node = SessionNode;
 	SessionNodeMemo.ranged = *ranged;
 	return SessionNode;
+}
+
+/*
+ * SessionNodeId, and whether its values are held to a range (NodeRanged):
+ * every draw asks, so the answer found earlier in this transaction is kept
+ * while no invalidation moved ConfigEpoch.
+ */
+int32
+SessionNodeRanged(bool *ranged)
+{
+	if (likely(SessionNodeMemo.lxid != InvalidLocalTransactionId &&
+			   SessionNodeMemo.epoch == ConfigEpoch && MyProc != NULL &&
+			   SessionNodeMemo.lxid == MyLocalTransactionId()))
+	{
+		*ranged = SessionNodeMemo.ranged;
+		return SessionNodeMemo.node;
+	}
+	return SessionNodeRangedSlow(ranged);
 }
 
 /*

@@ -46,6 +46,7 @@
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
