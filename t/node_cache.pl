@@ -312,12 +312,15 @@ is($reissued, 0, 'the promoted standby handed out none of the primary\'s values'
 values_check('the primary\'s sessions and connections', [@pvals], map { $got{$_} } sort keys %got);
 
 # ---- 5. a full node cache ----
-my $small = ssq_node('small', preload => 1, conf => "sharded_seq.node_cache_sequences = 2\n");
-$small->safe_psql('stress', q{
-SELECT sharded_seq.create_sequence('a', block => 10);
-SELECT sharded_seq.create_sequence('b', block => 10);
-SELECT sharded_seq.create_sequence('c', block => 10);
-});
+# small_cache(NAME, BLOCK): a node with room for 2 sequences, and 3 of them
+sub small_cache
+{
+	my ($name, $block) = @_;
+	my $n = ssq_node($name, preload => 1, conf => "sharded_seq.node_cache_sequences = 2\n");
+	$n->safe_psql('stress', join('', map { "SELECT sharded_seq.create_sequence('$_', block => $block);\n" } qw(a b c)));
+	return $n;
+}
+my $small = small_cache('small', 10);
 sub ssql { return $small->safe_psql('stress', $_[0]); }
 sub cache_rows
 {
@@ -466,12 +469,7 @@ $alone->quit;
 # Room for 2 sequences.  A transaction draws 'a' from a run, which leaves
 # the state where it was; meanwhile two sweeps pass (new connections asking
 # room for 'c'): the second must take 'b', idle, and not 'a'.
-my $sw = ssq_node('sweep', preload => 1, conf => "sharded_seq.node_cache_sequences = 2\n");
-$sw->safe_psql('stress', q{
-SELECT sharded_seq.create_sequence('a', block => 1000);
-SELECT sharded_seq.create_sequence('b', block => 1000);
-SELECT sharded_seq.create_sequence('c', block => 1000);
-});
+my $sw = small_cache('sweep', 1000);
 sub swsql { return $sw->safe_psql('stress', $_[0]); }
 my $runner = $sw->background_psql('stress');
 sub run_draw { return scalar(bg_query($runner, "SELECT max(v) FROM (SELECT sharded_nextval('a') v FROM generate_series(1, $_[0])) x")); }
