@@ -4,7 +4,8 @@ OBJS = src/module.o src/common/registry.o \
 	src/common/catalog.o src/common/privileges.o src/common/cache.o src/common/memcache.o src/common/node.o \
 	src/common/replication.o src/common/stats.o src/common/wait_point.o src/common/cutover.o src/common/citus.o src/common/peers.o src/common/config_word.o \
 	src/sequence/engine.o src/sequence/node_cache.o src/sequence/admin.o src/sequence/cutover.o src/sequence/adopt.o src/sequence/usage.o src/sequence/shards.o src/sequence/directory.o \
-	src/counter/engine.o src/counter/rows.o src/counter/layout.o src/counter/kept.o \
+	src/counter/engine.o src/counter/rows.o src/counter/config.o src/counter/sums.o src/counter/apply.o \
+	src/counter/rewrite.o src/counter/layout.o src/counter/kept.o \
 	src/counter/slots.o src/counter/buffered.o src/counter/memcached.o \
 	src/counter/maintain.o src/counter/admin.o \
 	src/worker/launcher.o src/worker/worker.o src/worker/hooks.o \
