@@ -12,6 +12,9 @@
 # the host's PostgreSQL, so they wait for its suite), and the chroots' suites
 # one after the other (each chroot's first use also installs its packages).
 # A part's output is printed whole when it ends, so parts never interleave.
+# The chroots' suites copy their tree from a snapshot taken at the start:
+# the host's build and suite write into this tree meanwhile, and a copy
+# taken while files change fails (tar: file changed as we read it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PATTERN="${1:-}"
@@ -45,6 +48,12 @@ part() {
     printf '%s\n%s\n%s\n' "$label" "$line" $(( $(date +%s) - start )) >"$WORK/part.$n.result"
 }
 
+SNAP="$WORK/tree"
+mkdir -p "$SNAP"
+tar --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude=./results \
+    --exclude=./output_iso --exclude=./output-preloaded --exclude=./output_iso-preloaded \
+    --exclude=./log --exclude=./tmp_check -cf - . | tar -C "$SNAP" -xf -
+
 # a pattern may name a test of one part only; it must match something
 host_chain() {
     part 1 "PostgreSQL 15 (host)" scripts/test.sh --may-match-nothing "$PATTERN"
@@ -53,7 +62,7 @@ host_chain() {
 chroot_chain() {
     local i=2 c
     for c in "${CHROOTS[@]}"; do
-        part $i "${c#* }" scripts/chroot.sh "${c%% *}" scripts/test.sh --may-match-nothing "$PATTERN"
+        part $i "${c#* }" "$SNAP/scripts/chroot.sh" "${c%% *}" scripts/test.sh --may-match-nothing "$PATTERN"
         i=$((i + 1))
     done
 }
