@@ -7,10 +7,11 @@
 # adds all the parts up.  A part that ends without such a line counts as one
 # failure.  Needs root (chroots).
 #
-# Two chains run side by side (SSQ_JOBS=1 runs them one after the other):
-# the host's suite then the tests across majors (they install a build into
-# the host's PostgreSQL, so they wait for its suite), and the chroots' suites
-# one after the other (each chroot's first use also installs its packages).
+# The parts run in SSQ_JOBS chains side by side (2 by default; 1 runs them
+# one after the other): the host's suite, then the tests across majors (they
+# install a build into the host's PostgreSQL, so they wait for its suite),
+# in the first chain, and the chroots' suites dealt out over the chains
+# (each chroot's first use also installs its packages).
 # A part's output is printed whole when it ends, so parts never interleave.
 # The chroots' suites copy their tree from a snapshot taken at the start:
 # the host's build and suite write into this tree meanwhile, and a copy
@@ -54,31 +55,29 @@ tar --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude
     --exclude=./output_iso --exclude=./output-preloaded --exclude=./output_iso-preloaded \
     --exclude=./log --exclude=./tmp_check -cf - . | tar -C "$SNAP" -xf -
 
-# a pattern may name a test of one part only; it must match something
-host_chain() {
-    part 1 "PostgreSQL 15 (host)" scripts/test.sh --may-match-nothing "$PATTERN"
-    part 9 "across majors" scripts/cross_major.sh --may-match-nothing "$PATTERN"
-}
-chroot_chain() {
-    local i=2 c
-    for c in "${CHROOTS[@]}"; do
-        part $i "${c#* }" "$SNAP/scripts/chroot.sh" "${c%% *}" scripts/test.sh --may-match-nothing "$PATTERN"
-        i=$((i + 1))
+# chain K (0 .. JOBS-1): the host's suite first in chain 0, the chroots
+# dealt out in turn starting with chain 1 (so that, with two chains, the
+# host's suite and 17 start together, and 18 follows the host's suite), and
+# the tests across majors last in chain 0.  A pattern may name a test of one
+# part only; it must match something.
+chain() {
+    local k="$1" i c
+    [ "$k" != 0 ] || part 1 "PostgreSQL 15 (host)" scripts/test.sh --may-match-nothing "$PATTERN"
+    for i in "${!CHROOTS[@]}"; do
+        [ $(( (i + 1) % JOBS )) = "$k" ] || continue
+        c="${CHROOTS[$i]}"
+        part $((i + 2)) "${c#* }" "$SNAP/scripts/chroot.sh" "${c%% *}" scripts/test.sh --may-match-nothing "$PATTERN"
     done
+    [ "$k" != 0 ] || part 9 "across majors" scripts/cross_major.sh --may-match-nothing "$PATTERN"
 }
-if [ "$JOBS" = 1 ]; then
-    host_chain
-    chroot_chain
-else
-    host_chain &
-    host=$!
-    chroot_chain &
-    chroots=$!
-    trap 'kill -TERM $host $chroots 2>/dev/null' INT TERM
-    wait $host
-    wait $chroots
-    trap - INT TERM
-fi
+chains=()
+trap 'kill -TERM "${chains[@]}" 2>/dev/null' INT TERM
+for ((k = 0; k < JOBS; k++)); do
+    chain $k &
+    chains+=($!)
+done
+for c in "${chains[@]}"; do wait "$c"; done
+trap - INT TERM
 
 total_passed=0
 total_failed=0
