@@ -10,7 +10,7 @@
 # The parts run in SSQ_JOBS chains side by side (2 by default; 1 runs them
 # one after the other): the host's suite, then the tests across majors (they
 # install a build into the host's PostgreSQL, so they wait for its suite),
-# in the first chain, and the chroots' suites dealt out over the chains
+# in the first chain; the chroots' suites go to whichever chain is free
 # (each chroot's first use also installs its packages).
 # A part's output is printed whole when it ends, so parts never interleave.
 # The chroots' suites copy their tree from a snapshot taken at the start:
@@ -55,16 +55,23 @@ tar --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude
     --exclude=./output_iso --exclude=./output-preloaded --exclude=./output_iso-preloaded \
     --exclude=./log --exclude=./tmp_check -cf - . | tar -C "$SNAP" -xf -
 
-# chain K (0 .. JOBS-1): the host's suite first in chain 0, the chroots
-# dealt out in turn starting with chain 1 (so that, with two chains, the
-# host's suite and 17 start together, and 18 follows the host's suite), and
-# the tests across majors last in chain 0.  A pattern may name a test of one
-# part only; it must match something.
+# The chroots' suites are a queue that each chain takes the next one from
+# when it is free; the host's suite starts chain 0, and the tests across
+# majors end it.  A pattern may name a test of one part only; it must match
+# something.
+next_chroot() {  # the index of the next chroot not yet taken, or nothing
+    local i
+    exec 7>>"$WORK/queue.lock"
+    flock 7
+    i=$(cat "$WORK/queue" 2>/dev/null || echo 0)
+    echo $((i + 1)) >"$WORK/queue"
+    flock -u 7
+    [ "$i" -lt "${#CHROOTS[@]}" ] && echo "$i"
+}
 chain() {
     local k="$1" i c
     [ "$k" != 0 ] || part 1 "PostgreSQL 15 (host)" scripts/test.sh --may-match-nothing "$PATTERN"
-    for i in "${!CHROOTS[@]}"; do
-        [ $(( (i + 1) % JOBS )) = "$k" ] || continue
+    while i="$(next_chroot)" && [ -n "$i" ]; do
         c="${CHROOTS[$i]}"
         part $((i + 2)) "${c#* }" "$SNAP/scripts/chroot.sh" "${c%% *}" scripts/test.sh --may-match-nothing "$PATTERN"
     done
