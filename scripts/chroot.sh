@@ -119,6 +119,7 @@ rm -rf "$CH/build/sharded_seq"
 mkdir -p "$CH/build/sharded_seq"
 tar -C "$ROOT_DIR" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
     --exclude=./results --exclude=./log --exclude=./tmp_check --exclude=./output_iso \
+    --exclude=./output-preloaded --exclude=./output_iso-preloaded \
     --exclude=./regression.diffs --exclude=./regression.out -cf - . |
     tar -C "$CH/build/sharded_seq" -xf -
 

@@ -4,9 +4,13 @@
 # test (sql/), isolation spec (specs/), pgTAP file (test/*.sql), TAP test
 # (t/*.pl) and version test (test/versions/), and the checks of the tree
 # itself (test/structure/), on the host's PostgreSQL 15 (or the major in
-# PG_MAJOR).  With PATTERN, run only the tests whose name as listed
-# (regress/NAME, isolation/NAME, pgtap/NAME, tap/NAME, structure/NAME,
-# versions/NAME) contains it: a test's name, or a group such as isolation/.
+# PG_MAJOR).  The pg_regress tests and the isolation specs run twice: in a
+# cluster that does not preload the library (regress/NAME, isolation/NAME),
+# and again once it is restarted with shared_preload_libraries = sharded_seq,
+# as the README recommends (regress-preloaded/NAME, isolation-preloaded/NAME).
+# With PATTERN, run only the tests whose name as listed contains it: a test's
+# name, or a group such as isolation/.  Each result line ends with the test's
+# seconds, and the ten slowest are listed before the count.
 #
 # scripts/test.sh --all-versions [PATTERN]: the same on PostgreSQL 15 (the
 # host), 17 (a trixie chroot) and 18 (a sid chroot), one after the other, then
@@ -118,17 +122,24 @@ run_test() {
     fi
     return $st
 }
-record() {  # record STATUS NAME [LOG [head]]: the log's last 60 lines, or first 120
+# record STATUS NAME MS [LOG [head]]: one result, with the test's time (its
+# milliseconds go to $WORK/times, for the ten slowest at the end); on a
+# failure, the log's last 60 lines, or its first 120
+record() {
+    local secs
+    secs="$(awk -v ms="$3" 'BEGIN { printf (ms < 10000 ? "%.1f" : "%.0f"), ms / 1000 }')"
+    echo "$3 $2" >>"$WORK/times"
     if [ "$1" = 0 ]; then
-        passed=$((passed + 1)); echo "ok      $2"
+        passed=$((passed + 1)); echo "ok      $2 (${secs}s)"
     else
-        failed=$((failed + 1)); echo "FAILED  $2"
-        if [ -n "${3:-}" ] && [ -f "$3" ]; then
-            if [ "${4:-}" = head ]; then sed 's/^/    | /' "$3" | head -n 120
-            else sed 's/^/    | /' "$3" | tail -n 60; fi
+        failed=$((failed + 1)); echo "FAILED  $2 (${secs}s)"
+        if [ -n "${4:-}" ] && [ -f "$4" ]; then
+            if [ "${5:-}" = head ]; then sed 's/^/    | /' "$4" | head -n 120
+            else sed 's/^/    | /' "$4" | tail -n 60; fi
         fi
     fi
 }
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 wanted() { [ -z "$PATTERN" ] || [[ "$1" == *"$PATTERN"* ]]; }
 
 WORK="$(mktemp -d /tmp/sharded_seq_test.XXXXXX)"
@@ -137,50 +148,72 @@ chmod 755 "$WORK"
 trap '[ "$failed" != 0 ] || rm -rf "$WORK"' EXIT
 
 # regress_results GROUP LOG RESULTS NAME...: one result per NAME from the
-# LOG of pg_regress or pg_isolation_regress ("test NAME ... ok" up to 15,
-# "ok N - NAME  TIME ms" from 16); a failure shows its diff against
-# expected/NAME.out (RESULTS/NAME.out), or the log if there is none.
+# LOG of pg_regress or pg_isolation_regress ("test NAME ... ok  N ms" up to
+# 15, "ok N - NAME  N ms" from 16), with pg_regress's time of it; a failure
+# shows its diff against expected/NAME.out (RESULTS/NAME.out), or the log if
+# there is none.  (pg_regress also accepts expected/NAME_1.out: a test whose
+# output differs when the library is preloaded has one, and says why.)
 regress_results() {
-    local group="$1" log="$2" results="$3" t
+    local group="$1" log="$2" results="$3" t line ms e
     shift 3
     for t in "$@"; do
+        line="$(grep -E "^(ok|not ok|test) +([0-9]+ +[-+] +)?$t +(\.\.\. )?|^ +$t +\.\.\. " "$log" | head -n 1)"
+        ms="$(sed -nE 's/.* ([0-9]+) ms$/\1/p' <<<"$line")"
         if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$log"; then
-            record 0 "$group/$t"
+            record 0 "$group/$t" "${ms:-0}"
         else
-            [ -f "$results/$t.out" ] && diff -u "expected/$t.out" "$results/$t.out" >"$WORK/${group}_$t.diff" 2>&1
+            # against the expected output it differs from least
+            if [ -f "$results/$t.out" ]; then
+                for e in expected/$t.out expected/${t}_[1-9].out; do
+                    [ -f "$e" ] || continue
+                    diff -u "$e" "$results/$t.out" >"$WORK/${group}_$t.d" 2>&1
+                    if [ ! -f "$WORK/${group}_$t.diff" ] ||
+                        [ "$(wc -l <"$WORK/${group}_$t.d")" -lt "$(wc -l <"$WORK/${group}_$t.diff")" ]; then
+                        mv "$WORK/${group}_$t.d" "$WORK/${group}_$t.diff"
+                    fi
+                done
+                rm -f "$WORK/${group}_$t.d"
+            fi
             [ -f "$WORK/${group}_$t.diff" ] || cp "$log" "$WORK/${group}_$t.diff"
-            record 1 "$group/$t" "$WORK/${group}_$t.diff" head
+            record 1 "$group/$t" "${ms:-0}" "$WORK/${group}_$t.diff" head
         fi
     done
 }
 
-# pg_regress: each test in sql/ is one result
-regress=()
-for f in sql/*.sql; do
-    t="$(basename "$f" .sql)"
-    wanted "regress/$t" && regress+=("$t")
-done
-if [ ${#regress[@]} -gt 0 ]; then
-    echo "==> pg_regress"
-    run_test make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
-        WAIT_POINTS=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress.log" 2>&1
-    regress_results regress "$WORK/regress.log" results "${regress[@]}"
-fi
-
-# isolation specs: each spec is one result
-iso=()
-for f in specs/*.spec; do
-    [ -e "$f" ] || continue
-    t="$(basename "$f" .spec)"
-    wanted "isolation/$t" && iso+=("$t")
-done
-if [ ${#iso[@]} -gt 0 ]; then
-    echo "==> isolation"
-    rm -rf output_iso
-    run_test make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
-        WAIT_POINTS=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation.log" 2>&1
-    regress_results isolation "$WORK/isolation.log" output_iso/results "${iso[@]}"
-fi
+# run_regress SUFFIX: the pg_regress tests (sql/, one result per file) and
+# the isolation specs (specs/, one result per spec) in the runner's cluster,
+# listed as regress$SUFFIX/NAME and isolation$SUFFIX/NAME.  Their outputs go
+# to results/ and output_iso/results/, or with a SUFFIX to
+# output$SUFFIX/results/ and output_iso$SUFFIX/results/.
+run_regress() {
+    local sfx="$1" f t regress=() iso=() out out_iso
+    out="${sfx:+output$sfx/}results"
+    out_iso="output_iso$sfx"
+    for f in sql/*.sql; do
+        t="$(basename "$f" .sql)"
+        wanted "regress$sfx/$t" && regress+=("$t")
+    done
+    if [ ${#regress[@]} -gt 0 ]; then
+        echo "==> pg_regress$sfx"
+        rm -rf "$out"
+        run_test make -s installcheck PG_CONFIG="$PGBIN/pg_config" EXTRA_REGRESS_OPTS="${sfx:+--outputdir=output$sfx}" \
+            WAIT_POINTS=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress$sfx.log" 2>&1
+        regress_results "regress$sfx" "$WORK/regress$sfx.log" "$out" "${regress[@]}"
+    fi
+    for f in specs/*.spec; do
+        [ -e "$f" ] || continue
+        t="$(basename "$f" .spec)"
+        wanted "isolation$sfx/$t" && iso+=("$t")
+    done
+    if [ ${#iso[@]} -gt 0 ]; then
+        echo "==> isolation$sfx"
+        rm -rf "$out_iso"
+        run_test make -s installcheck PG_CONFIG="$PGBIN/pg_config" EXTRA_REGRESS_OPTS="--outputdir=$out_iso" \
+            WAIT_POINTS=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation$sfx.log" 2>&1
+        regress_results "isolation$sfx" "$WORK/isolation$sfx.log" "$out_iso/results" "${iso[@]}"
+    fi
+}
+run_regress ""
 
 # pgTAP: each file runs in a fresh database and is one result
 echo "==> pgTAP"
@@ -190,10 +223,28 @@ for f in test/*.sql; do
     db="tap_$t"
     psql -qX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE \"$db\"" >/dev/null
     psql -qX -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION sharded_seq" -c "CREATE EXTENSION pgtap" >/dev/null
+    start=$(now_ms)
     status=0
     run_test timeout 300 pg_prove -d "$db" "$f" >"$WORK/tap_$t.log" 2>&1 || status=$?
-    record $status "pgtap/$t" "$WORK/tap_$t.log"
+    record $status "pgtap/$t" $(( $(now_ms) - start )) "$WORK/tap_$t.log"
 done
+
+# The same pg_regress tests and specs with the library preloaded, as the
+# README recommends: the runner's cluster restarted with
+# shared_preload_libraries = sharded_seq (the node cache, the worker,
+# 'buffered' counters and kept totals are then there).
+# The databases of the first run go first: a preloaded server's worker
+# would be connected to them when pg_regress drops them.
+if grep -q . <(for f in sql/*.sql; do wanted "regress-preloaded/$(basename "$f" .sql)" && echo y; done
+               for f in specs/*.spec; do wanted "isolation-preloaded/$(basename "$f" .spec)" && echo y; done); then
+    psql -qX -v ON_ERROR_STOP=1 -d postgres -c "DROP DATABASE IF EXISTS contrib_regression" \
+        -c "DROP DATABASE IF EXISTS isolation_regression" \
+        -c "ALTER SYSTEM SET shared_preload_libraries = 'sharded_seq'" >"$WORK/restart.log" 2>&1 &&
+        pg_ctlcluster "$PG_MAJOR" regress restart >>"$WORK/restart.log" 2>&1 &&
+        psql -qX -d postgres -At -c "SHOW shared_preload_libraries" | grep -qx sharded_seq || {
+            failed=$((failed + 1)); echo "FAILED  restarting the runner's cluster preloaded"; sed 's/^/    | /' "$WORK/restart.log"; }
+    run_regress -preloaded
+fi
 
 # TAP tests: each t/*.pl is one result.  They start their own clusters
 # (PostgreSQL::Test::Cluster), which initdb refuses to do as root: as root,
@@ -210,14 +261,21 @@ if [ ${#taps[@]} -gt 0 ]; then
     cp -r t "$WORK/t"
     # t/monitoring.pl runs the postgres_exporter queries users are given
     mkdir -p "$WORK/docs" && cp -r docs/monitoring "$WORK/docs/"
-    [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/t" "$WORK/docs"
+    # every TAP test's nodes are copies of one cluster initdb makes once in
+    # this run (t/ShardedSeq/Node.pm)
+    mkdir -p "$WORK/initdb"
+    # ports reserved in one place for every run at once, chroots included
+    # (they share the host's /dev/shm and network): scripts/all_versions.sh
+    # runs majors side by side
+    mkdir -p -m 1777 /dev/shm/sharded_seq_ports 2>/dev/null
+    [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/t" "$WORK/docs" "$WORK/initdb"
     for t in "${taps[@]}"; do
-        start=$(date +%s)
+        start=$(now_ms)
         mkdir -p "$WORK/tap/$t"
         [ "$(id -u)" = 0 ] && chown postgres: "$WORK/tap/$t"
         status=0
         run_test as_pg timeout 900 env "${OWN_CLUSTER[@]}" \
-            TESTDIR="$WORK/tap/$t" TESTDATADIR="$WORK/tap/$t/tmp_check" TESTLOGDIR="$WORK/tap/$t/tmp_check/log" PATH="$PGBIN:$PATH" PG_REGRESS="$pgxs/src/test/regress/pg_regress" \
+            SSQ_INITDB_TEMPLATE="$WORK/initdb" PG_TEST_PORT_DIR=/dev/shm/sharded_seq_ports TESTDIR="$WORK/tap/$t" TESTDATADIR="$WORK/tap/$t/tmp_check" TESTLOGDIR="$WORK/tap/$t/tmp_check/log" PATH="$PGBIN:$PATH" PG_REGRESS="$pgxs/src/test/regress/pg_regress" \
             prove -v -I "$pgxs/src/test/perl" -I "$WORK/t" "$WORK/t/$t.pl" >"$WORK/tap_$t.log" 2>&1 || status=$?
         # a server the test left running (pg_ctl detaches servers, so a test
         # killed before its END blocks ran leaves them behind): stopped here
@@ -254,7 +312,7 @@ if [ ${#taps[@]} -gt 0 ]; then
                 done
             } >"$WORK/tap_$t.fail"
         fi
-        record $status "tap/$t ($(( $(date +%s) - start ))s)" "$WORK/tap_$t.fail" head
+        record $status "tap/$t" $(( $(now_ms) - start )) "$WORK/tap_$t.fail" head
         # each assertion's name, and each RESULT a test notes (its numbers)
         [ $status = 0 ] && grep -E '^(ok [0-9]+ - |# RESULT )' "$WORK/tap_$t.log" | sed 's/^# //; s/^/        /'
     done
@@ -270,7 +328,7 @@ for group in structure versions; do
         [ -e "$f" ] || continue
         t="$(basename "$f" .sh)"
         wanted "$group/$t" || continue
-        start=$(date +%s)
+        start=$(now_ms)
         # without this runner's cluster (versions/package starts its own)
         status=0
         run_test timeout 900 env "${OWN_CLUSTER[@]}" \
@@ -280,12 +338,16 @@ for group in structure versions; do
             echo "skipped $group/$t: $(grep '^SKIP' "$WORK/${group}_$t.log" | head -n 1)"
             continue
         fi
-        record $status "$group/$t ($(( $(date +%s) - start ))s)" "$WORK/${group}_$t.log"
+        record $status "$group/$t" $(( $(now_ms) - start )) "$WORK/${group}_$t.log"
         [ $status = 0 ] && grep '^RESULT' "$WORK/${group}_$t.log" | sed 's/^/        /'
     done
 done
 
 [ $skipped = 0 ] || echo "($skipped skipped, not counted)"
+if [ -s "$WORK/times" ]; then
+    echo "slowest:"
+    sort -rn "$WORK/times" | head -n 10 | awk '{ printf "  %6.1fs  %s\n", $1 / 1000, $2 }'
+fi
 if [ $((passed + failed + skipped)) = 0 ]; then
     echo "no test matches '$PATTERN'"
     [ -n "$NONE_OK" ] || failed=1

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # scripts/try.sh: install what is missing, build and install sharded_seq, start
-# a throwaway PostgreSQL cluster with it, and show it working: a table whose
-# id comes from sharded_nextval, filled by four sessions at once.  In a
+# a throwaway PostgreSQL cluster with it preloaded (shared_preload_libraries,
+# as the README recommends), and show it working: a table whose id comes from
+# sharded_nextval, filled by four sessions at once, gets ids from 1 to about
+# 1,000 in the order they were drawn (the node cache), and the background
+# worker runs.  In a
 # terminal it then leaves you at a psql prompt in that cluster, and removes the
 # cluster when you quit.  Without a terminal it exits 0 after the demo.
 set -euo pipefail
@@ -11,9 +14,10 @@ cd "$(dirname "$0")/.."
 # itself again inside it.
 if [ -z "${SSQ_TRY_CLUSTER:-}" ]; then
     scripts/setup.sh
-    echo "==> starting a throwaway PostgreSQL 15 cluster"
+    echo "==> starting a throwaway PostgreSQL 15 cluster, with shared_preload_libraries = 'sharded_seq'"
     exec env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE SSQ_TRY_CLUSTER=1 \
-        pg_virtualenv -t -v 15 -c "--locale=C.UTF-8 --encoding=UTF8" bash "$0" "$@"
+        pg_virtualenv -t -v 15 -c "--locale=C.UTF-8 --encoding=UTF8" \
+        -o shared_preload_libraries=sharded_seq bash "$0" "$@"
 fi
 psql -qX -d postgres -c "CREATE DATABASE demo"
 
@@ -34,9 +38,18 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 
 run "SELECT count(*) AS orders, count(DISTINCT id) AS distinct_ids, min(id), max(id) FROM orders"
+echo
+echo "==> the node cache: one block in shared memory for every session, so the ids"
+echo "    run from 1 to about 1,000 in the order they were drawn, whichever session drew"
+run "SELECT split_part(item, ',', 1) AS session, count(*), min(id), max(id) FROM orders GROUP BY 1 ORDER BY 1"
 run "SELECT name, shards, block, tier, generation, reserved_high_water FROM sharded_seq.sequences"
 run "SELECT counter_value('orders:placed')"
 run "SELECT name, shards, mode, total FROM sharded_seq.counters"
+run "SELECT kind, database, running FROM sharded_seq.workers ORDER BY kind"
+echo
+echo "Without shared_preload_libraries each session reserves a block of its own"
+echo "(1,000 values): the same rows get ids spread over the sessions' blocks, not in"
+echo "draw order, and no background worker runs (README.md, "Preload or not")."
 
 if [ -t 0 ] && [ -t 1 ]; then
     echo

@@ -1,7 +1,10 @@
 -- The cache option of sharded sequences (node or session) through the API
--- and the sequences view.  This cluster does not preload sharded_seq, so
--- every sequence is drawn per session here (cache_in_force 'session') and
--- the node cache counts are NULL; t/node_cache.pl runs a preloaded server.
+-- and the sequences view.  scripts/test.sh runs this file twice.  Without
+-- shared_preload_libraries every sequence is drawn per session
+-- (cache_in_force 'session') and the node cache counts are NULL
+-- (expected/sequence_cache.out); preloaded, a database-tier sequence with
+-- cache 'node' is drawn from the node cache and the counts are numbers
+-- (expected/sequence_cache_1.out).  t/node_cache.pl tests the node cache.
 SELECT sharded_seq.create_sequence('c_default', shards => 2, block => 10);
 SELECT sharded_seq.create_sequence('c_node', shards => 2, block => 10, cache => 'node');
 SELECT sharded_seq.create_sequence('c_session', shards => 2, block => 10, cache => 'session');

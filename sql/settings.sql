@@ -1,5 +1,9 @@
 -- Settings live under the reserved sharded_seq. prefix.  They exist once the
 -- library is loaded: by shared_preload_libraries, or by any first call.
+-- scripts/test.sh runs this file both ways: the settings that size shared
+-- memory (buffered_slots, node_cache_sequences, shared_totals) are context
+-- postmaster when the library is preloaded (expected/settings_1.out), and
+-- sighup when it loads later, where changing them does nothing.
 LOAD 'sharded_seq';
 SELECT name, setting, min_val, max_val, context, short_desc
   FROM pg_settings WHERE name LIKE 'sharded_seq.%' ORDER BY name;

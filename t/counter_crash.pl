@@ -47,9 +47,10 @@ sub phase
 		map { script($n, "$name$_") } 1 .. $sessions);
 }
 
-# 1. increments, then an immediate shutdown mid-load
+# 1. increments, then an immediate shutdown mid-load (every session well
+# under way: 500 lines printed, some 250 transactions)
 my $p1 = phase('p1', 50000);
-load_progress($p1, 1500);
+load_progress($p1, 500);
 $node->stop('immediate');
 is(load_cut_off($p1), $sessions, 'phase 1: the immediate shutdown cut every session off');
 $node->start;

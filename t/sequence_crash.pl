@@ -20,15 +20,17 @@ SELECT sharded_seq.create_sequence('s', shards => 4, block => 20);
 CREATE SEQUENCE native_s;
 });
 
-# script(ROLLBACK_PERCENT, TRANSACTIONS, SEED): one session's draws
+# script(ROLLBACK_PERCENT, TRANSACTIONS, SEED, TAG): one session's draws,
+# until stop_load(TAG)
 sub script
 {
-	my ($rb, $n, $seed) = @_;
+	my ($rb, $n, $seed, $tag) = @_;
 	srand($seed);
 	my @draws = (1, 1, 1, 2, 5);
 	my $sql = '';
 	for (1 .. $n)
 	{
+		$sql .= stop_point($tag) if $_ % 50 == 0;
 		my $end = rand(100) < $rb ? 'ROLLBACK' : 'COMMIT';
 		$sql .= "BEGIN; SELECT sharded_nextval('s') FROM generate_series(1, "
 		  . $draws[ int(rand(@draws)) ] . "); $end;\n";
@@ -40,7 +42,7 @@ sub phase
 {
 	my ($name, $rb, $n) = @_;
 	return load_start($node, 'stress', $name,
-		map { script($rb, $n, "$name$_") } 1 .. $sessions);
+		map { script($rb, $n, "$name$_", $name) } 1 .. $sessions);
 }
 
 my @outputs;
@@ -84,6 +86,10 @@ load_progress($p3, 3000);
 $node->safe_psql('stress', "SELECT sharded_seq.advance_sequence('s', 50000000)");
 load_progress($p3, 5000);
 $node->safe_psql('stress', "SELECT sharded_seq.alter_sequence('s', shards => 2, block => 100)");
+# every session draws well past the last change too, then stops (the rest
+# of its 30,000 transactions would prove nothing more)
+load_progress($p3, 7000);
+stop_load($node, 'stress', 'p3');
 load_finish($p3);
 is(join('', map { $_->{err} } @$p3), '', 'phase 3: no session got an error');
 push @outputs, map { $_->{out} } @$p3;

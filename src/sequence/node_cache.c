@@ -556,7 +556,8 @@ PositionsUnknown(HeapTuple tup, ConfigPlaces *places, TupleDesc desc)
  * conditional), with the configuration read with the latest snapshot: a
  * layout change holds the draw lock until it commits, so what is read is the
  * generation in force.  Returns false, reserving nothing, when the lock is
- * busy (conditional) or the sequence is gone or no longer cached per node.
+ * busy or the range is used up (conditional: a prefetch), or the sequence is
+ * gone or no longer cached per node.
  * The block's WAL is flushed, and confirmed by the synchronous standbys when
  * in force, before it returns.
  */
@@ -697,6 +698,9 @@ reserve:
 	UnlockDatabaseObject(config_relid, id, 0, ShareLock);
 
 	out->first = BlockStart(base, k, shards, shard, block, &overflow);
+	/* a prefetch past the end raises nothing: the draw that needs the block does, once the values before it are out */
+	if (overflow && conditional)
+		return false;
 	if (overflow)
 		ereport(ERROR,
 				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),

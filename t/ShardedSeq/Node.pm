@@ -16,7 +16,8 @@ use ShardedSeq::Versions;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Fcntl qw(:flock);
+use Time::HiRes qw(usleep gettimeofday);
 
 our @EXPORT = (
 	# nodes and databases
@@ -41,6 +42,103 @@ $SIG{TERM} = $SIG{INT} = sub {
 	$SIG{TERM} = $SIG{INT} = 'IGNORE';
 	die "stopped by SIG$_[0]\n";
 };
+
+# Every node that PostgreSQL::Test::Cluster's init would initdb is a copy of
+# a cluster initdb made once with the same options, as PostgreSQL 17's own
+# framework does with INITDB_TEMPLATE (which 15 and 16 lack): once per run
+# when the runner names a directory for it (SSQ_INITDB_TEMPLATE, set by
+# scripts/test.sh), else once per test file.  Unlike INITDB_TEMPLATE, each
+# copy gets a system identifier of its own, as initdb would give it (node
+# claims, cutover stops and memcached keys are per system), and pg_resetwal
+# writes its WAL anew under it.
+delete $ENV{INITDB_TEMPLATE};
+{
+	no warnings 'redefine';
+	my $system_or_bail = \&PostgreSQL::Test::Utils::system_or_bail;
+	*PostgreSQL::Test::Utils::system_or_bail = sub {
+		return $system_or_bail->(@_) unless $_[0] eq 'initdb';
+		# the data directory (-D DIR up to 17, --pgdata DIR from 18) and
+		# the other options, which the template is made with
+		my ($pgdata, @args);
+		for (my $i = 1; $i <= $#_; $i++)
+		{
+			if ($_[$i] eq '-D' || $_[$i] eq '--pgdata') { $pgdata = $_[ ++$i ]; }
+			else { push @args, $_[$i]; }
+		}
+		return $system_or_bail->(@_) unless defined $pgdata;
+		return initdb_copy($system_or_bail, $pgdata, @args);
+	};
+}
+
+sub initdb_copy
+{
+	my ($system_or_bail, $pgdata, @args) = @_;
+	my $base = $ENV{SSQ_INITDB_TEMPLATE}
+	  // "$PostgreSQL::Test::Utils::tmp_check/initdb-template";
+	(my $key = join('', @args) || 'default') =~ s/[^A-Za-z0-9]+/_/g;
+	my $template = "$base/$key";
+	mkdir $base;
+	open my $lock, '>', "$template.lock" or die "$template.lock: $!";
+	flock($lock, LOCK_EX) or die "flock $template.lock: $!";
+	unless (-d $template)
+	{
+		PostgreSQL::Test::Utils::system_log('rm', '-rf', "$template.partial");
+		$system_or_bail->('initdb', '-D', "$template.partial", @args);
+		rename("$template.partial", $template) or die "rename $template: $!";
+	}
+	close $lock;
+	$system_or_bail->('cp', '-RPp', $template, $pgdata);
+	new_system_identifier($pgdata);
+	$system_or_bail->('pg_resetwal', '-D', $pgdata);
+	return;
+}
+
+# new_system_identifier(PGDATA): a fresh system identifier (made as initdb
+# makes one) in the first field of global/pg_control, and the file's CRC-32C
+# again; the CRC is found where it follows the bytes it covers, as the
+# layout differs by major.
+my $sysid_seq = 0;
+sub new_system_identifier
+{
+	my ($pgdata) = @_;
+	my $file = "$pgdata/global/pg_control";
+	open my $fh, '+<:raw', $file or die "$file: $!";
+	my $buf = do { local $/; <$fh> };
+	my ($crc, $at) = (0xFFFFFFFF, undef);
+	for my $i (0 .. 1023)
+	{
+		if ($i >= 8 && $i % 4 == 0
+			&& ($crc ^ 0xFFFFFFFF) == unpack('V', substr($buf, $i, 4)))
+		{
+			$at = $i;
+			last;
+		}
+		$crc = crc32c_byte($crc, ord(substr($buf, $i, 1)));
+	}
+	die "no CRC found in $file" unless defined $at;
+	my ($sec, $usec) = gettimeofday();
+	my $sysid = ($sec << 32) | ($usec << 12) | (($$ + $sysid_seq++) & 0xFFF);
+	substr($buf, 0, 8) = pack('Q<', $sysid);
+	$crc = 0xFFFFFFFF;
+	$crc = crc32c_byte($crc, ord(substr($buf, $_, 1))) for 0 .. $at - 1;
+	substr($buf, $at, 4) = pack('V', $crc ^ 0xFFFFFFFF);
+	seek($fh, 0, 0) or die "seek $file: $!";
+	print $fh $buf or die "write $file: $!";
+	close $fh or die "close $file: $!";
+	return;
+}
+
+# CRC-32C (Castagnoli, reflected), a byte at a time
+my @crc32c_table = map {
+	my $c = $_;
+	$c = ($c & 1) ? (($c >> 1) ^ 0x82F63B78) : ($c >> 1) for 1 .. 8;
+	$c
+} 0 .. 255;
+sub crc32c_byte
+{
+	my ($crc, $byte) = @_;
+	return $crc32c_table[ ($crc ^ $byte) & 0xFF ] ^ ($crc >> 8);
+}
 
 # the advisory lock classes of wait points: every backend at a point, and
 # one backend at a point (WAIT_POINT_CLASS, WAIT_BACKEND_CLASS)
