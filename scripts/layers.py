@@ -20,7 +20,7 @@ import re
 import sys
 import tempfile
 
-LAYERS = {"common": 0, "sequence": 1, "counter": 1, "worker": 2, ".": 3}
+LAYERS = {"common": 0, "topology": 1, "sequence": 2, "counter": 2, "worker": 3, ".": 4}
 INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]', re.M)
 
 

@@ -9,6 +9,7 @@
 #define SHARDED_SEQ_COUNTER_INTERNAL_H
 
 #include "counter/counter.h"
+#include "topology/topology.h"
 #include "common/hashfn.h"
 
 /*

@@ -10,9 +10,9 @@
  * WAL-logged and never rolled back.  The WAL that covers the reservation is
  * flushed before any value of the block is returned, so no crash can hand a
  * value out twice; with synchronous standbys, they confirm it first as well
- * (common/replication.c), so no failover to one of them can either.
+ * (topology/replication.c), so no failover to one of them can either.
  *
- * Everything here counts in local positions.  On node n > 0 (common/node.c) the
+ * Everything here counts in local positions.  On node n > 0 (topology/node.c) the
  * value handed out is n * 2^53 + local; the session's node is fixed, so
  * local order is value order, and currval and the floor below which a lease
  * must not take a session (S2) stay local.
@@ -947,9 +947,7 @@ Datum
 sharded_nextval(PG_FUNCTION_ARGS)
 {
 	SeqEntry   *entry;
-	int32		node;
-	bool		ranged;
-	uint64		epoch;
+	DrawPlace	place;
 	int64		local;
 	int64		value;
 
@@ -960,19 +958,20 @@ sharded_nextval(PG_FUNCTION_ARGS)
 		PreventCommandIfParallelMode("sharded_nextval()");
 
 	entry = LookupSequence(fcinfo);
-	/* a cutover: this server was stopped, or it has not seen the reservations */
+	/* a cutover: this server has not seen the reservations */
 	if (entry->positions_unknown)
 		PositionsUnknownError(entry->cache.name);
-	CutoverStopCheck();
-	node = SessionNodeRanged(&ranged);
-	if (node != 0)
-		NodeClaimCheck();
-	epoch = ConfigEpoch;
+	/* more than one server: may this session draw, and on which node? */
+	TopologyBeforeDraw(&place);
 	if (!BlockCurrent(entry))
 	{
 		entry->have_block = false;
 		if (UsesNodeCache(entry) && DrawFromNode(entry, &local))
-			goto hand_out;
+		{
+			/* a node cache value: one outside the node's range is refused, and a gap */
+			value = DrawPlaceValue(&place, local, entry->cache.name);
+			goto done;
+		}
 		/* a generation this transaction made is never published in memcached */
 		if (!entry->memcached || entry->gen_uncommitted)
 			DrawBlock(entry);
@@ -994,25 +993,14 @@ sharded_nextval(PG_FUNCTION_ARGS)
 			DrawBlock(entry);
 	}
 
-	/* a reservation saw invalidations: perhaps this node just joined Citus */
-	if (ConfigEpoch != epoch)
-		ranged = NodeRanged(node);
-
 	/* the node's value first: one outside its range is refused, not used up */
 	local = entry->next;
-	value = !ranged ? local : SequenceNodeValue(local, entry->cache.name);
+	value = DrawPlaceValue(&place, local, entry->cache.name);
 	if (local == entry->block_end)
 		entry->have_block = false;
 	else
 		entry->next++;
 	entry->uncounted++;
-	goto done;
-
-hand_out:
-	if (ConfigEpoch != epoch)
-		ranged = NodeRanged(node);
-	/* a node cache value: one outside the node's range is refused, and a gap */
-	value = !ranged ? local : SequenceNodeValue(local, entry->cache.name);
 
 done:
 	entry->last = local;

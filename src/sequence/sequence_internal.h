@@ -6,6 +6,7 @@
 #define SHARDED_SEQ_SEQUENCE_INTERNAL_H
 
 #include "sequence/sequence.h"
+#include "topology/topology.h"
 
 /*
  * shards.c (the bottom): where blocks of a generation start, how far its

@@ -2,7 +2,7 @@
 # Every administrative function (SQL functions create_*, alter_*, advance_*,
 # drop_*, grant_*, revoke_* of sequences and counters) reaches every node of
 # a Citus cluster through one place: each of its returns is preceded by
-# ClusterAdminRecord (src/common/citus.c), and ClusterAdminRecord is called
+# ClusterAdminRecord (src/topology/citus.c), and ClusterAdminRecord is called
 # nowhere else.  A new administrative function, or a new return in one, that
 # skips it would change one node only.
 set -euo pipefail

@@ -49,7 +49,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "common/common.h"
+#include "topology/topology.h"
 
 /* node_claims' columns */
 #define Anum_claim_node_id		1
@@ -201,6 +201,7 @@ NodeIdForget(void)
 {
 	SessionNode = -1;
 	SessionNodeMemo.lxid = InvalidLocalTransactionId;
+	DrawMemo.epoch = 0;
 	ClaimVerified = false;
 }
 
