@@ -166,9 +166,9 @@ extern bool ConfigWordSettled(uint64 *word);
 extern void AcceptConfigChanges(void);
 extern void RolesChanging(void);
 extern bool ConfigWatched(Snapshot snapshot);
+extern void AnnounceConfigChange(const char *relname);
 
 /* catalog.c, continued */
-extern void AnnounceConfigChange(const char *relname);
 extern void ReportNotFound(ObjectKind kind, const char *name);
 extern SPIPlanPtr PreparePlan(SPIPlanPtr *cache, const char *sql, int nargs,
 							  Oid *argtypes);

@@ -102,6 +102,17 @@ static uint64 BusyAt = 0;
 static LocalTransactionId BusyIn = InvalidLocalTransactionId;
 
 /*
+ * Tell every backend, at commit, that a config row changed; and every
+ * session to come, through the config word, from now on.
+ */
+void
+AnnounceConfigChange(const char *relname)
+{
+	ConfigChanging();
+	CacheInvalidateRelcacheByRelid(ConfigRelid(relname));
+}
+
+/*
  * This transaction may change configuration: every copy made before is
  * stale, and none is trusted or made until it ends.  Call it before the
  * change can be seen.  The lock is taken at every call (held already, it

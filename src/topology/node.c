@@ -60,6 +60,9 @@
 int			NodeIdSetting = 0;
 static int	SessionNode = -1;	/* fixed at first use; -1 before */
 
+/* TopologyBeforeDraw's answer on node 0 (topology.h), dropped with the node id */
+DrawMemoData DrawMemo = {0, false};
+
 static bool ClaimVerified = false;	/* our claim, committed, was seen ... */
 static uint64 ClaimEpoch = 0;	/* ... under this ConfigEpoch */
 

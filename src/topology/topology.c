@@ -16,8 +16,6 @@
 
 #include "topology/topology.h"
 
-DrawMemoData DrawMemo = {0, false};
-
 /*
  * TopologyBeforeDraw, answered again: refuse on a server a cutover stopped,
  * find the session's node (and whether its values are held to a range), and
