@@ -3,7 +3,7 @@
  *	  The config word: shared memory that tells a session whether a copy of
  *	  configuration kept in shared memory (the sequence directory,
  *	  sequence/directory.c; the reads a reservation keeps, sequence/shards.c
- *	  and node_cache.c) is still what the tables hold, and whether a draw
+ *	  and node_reserve.c) is still what the tables hold, and whether a draw
  *	  has any invalidation to take in (AcceptConfigChanges, with the roles
  *	  count beside the word).
  *

@@ -17,6 +17,21 @@ extern int64 GenerationHighWater(int32 seq_id, int32 generation, int64 base,
 extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
 						int32 block, bool *overflow);
 extern XLogRecPtr FlushShardReservation(Oid relid);
+
+/* what a carve needs of its sequence (CarveFinish) */
+typedef struct CarveSpec
+{
+	int32		id;
+	const char *name;
+	int64		base;
+	int32		shards;
+	int32		block;
+	int32		generation;
+	bool		own_generation; /* this transaction made it: may roll back */
+} CarveSpec;
+
+extern void CarveFinish(const CarveSpec *spec, int64 k, int32 shard, Oid shard_relid,
+						int64 *first, int64 *last);
 extern Oid	LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard);
 extern bool SequenceIdReadable(int32 seq_id);
 
@@ -30,7 +45,7 @@ extern int64 DropSequenceHighWater(const char *name, bool drop);
 
 /*
  * shards.c: where the configuration lives, for reading it straight from the
- * tables (engine.c, node_cache.c): no SQL is planned on the draw path.
+ * tables (engine.c, node_reserve.c): no SQL is planned on the draw path.
  */
 typedef struct ConfigPlaces
 {
@@ -60,7 +75,7 @@ typedef struct ConfigPlaces
 extern ConfigPlaces *SequenceConfigPlaces(Relation config, Relation shards);
 extern bool TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value);
 
-/* node_cache.c: the node-wide cache (engine.c draws through it) */
+/* node_cache.c, node_draw.c, node_reserve.c: the node-wide cache (engine.c draws through it) */
 typedef struct NodeEntry NodeEntry;
 
 typedef struct NodeRef
@@ -73,7 +88,7 @@ typedef struct NodeRef
 	uint64		after;			/* the state our last add left */
 	uint32		lone;			/* adds in a row, in this transaction, that found it there */
 	LocalTransactionId lone_in;	/* the transaction lone counts in */
-	uint32		run;			/* the run slot it last took (node_cache.c) */
+	uint32		run;			/* the run slot it last took (node_draw.c) */
 } NodeRef;
 
 typedef enum NodeDrawResult
