@@ -28,6 +28,9 @@ typedef struct CallSite
 	char		name[NAMEDATALEN];
 } CallSite;
 
+/* a call site's fn_extra after one call that needed no memo: matches no cache */
+static CallSite SeenOnce;
+
 /*
  * Is argument 0 a constant of the expression (a literal name, as in DEFAULT
  * sharded_nextval('orders_id'))?  Then every call of this call site passes
@@ -150,7 +153,9 @@ CallSiteLookup(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 
 	/*
 	 * A prepared statement's call site lives one execution: the name the
-	 * session looked up last is checked before the hash.
+	 * session looked up last is checked before the hash.  A call site's first
+	 * call that finds it there remembers nothing yet (SeenOnce): most such
+	 * sites are called once, and a second call pays for the memo then.
 	 */
 	entry = cache->last;
 	if (entry && entry->incarnation == cache->last_incarnation && entry->incarnation != 0 &&
@@ -158,6 +163,11 @@ CallSiteLookup(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 		memcmp(entry->name, VARDATA_ANY(arg), len) == 0)
 	{
 		Touch(cache, entry);
+		if (cs == NULL)
+		{
+			fcinfo->flinfo->fn_extra = &SeenOnce;
+			return entry;
+		}
 		name = NULL;
 	}
 	else
@@ -168,7 +178,7 @@ CallSiteLookup(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 		cache->last = entry;
 		cache->last_incarnation = entry->incarnation;
 	}
-	if (cs == NULL)
+	if (cs == NULL || cs == &SeenOnce)
 		cs = fcinfo->flinfo->fn_extra =
 			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallSite));
 	cs->cache = cache;

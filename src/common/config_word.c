@@ -186,16 +186,19 @@ ConfigWordSettled(uint64 *word)
 /*
  * Take in the invalidations that other sessions committed, before a draw:
  * AcceptInvalidationMessages, skipped while nothing it could bring has
- * changed since this transaction last took them in.  For configuration,
- * that is while the word is settled at the count seen then (every committed
+ * changed since this session last took them in.  For configuration, that
+ * is while the word is settled at the count seen then (every committed
  * change moved the count, and sent its invalidations before letting go of
  * the config lock).  For privileges, while the roles count has not moved
  * (RolesChanging).  Other catalog changes arrive as PostgreSQL takes them
- * in: at the next transaction, or the next lock.
+ * in: at the next transaction, or the next lock.  So the answer holds
+ * across transactions: a new one's first draw takes in nothing the word
+ * did not count (a transaction takes in what came before it at its start).
+ * A transaction that marked the word takes them in at every draw.
  */
 static uint64 AcceptedAt = 0;
 static uint64 AcceptedRoles = 0;
-static LocalTransactionId AcceptedIn = InvalidLocalTransactionId;
+static bool AcceptedSettled = false;
 
 static pg_noinline void
 AcceptConfigChangesNow(void)
@@ -208,16 +211,14 @@ AcceptConfigChangesNow(void)
 	AcceptInvalidationMessages();
 	AcceptedAt = word;
 	AcceptedRoles = roles;
-	AcceptedIn = settled ? MyLocalTransactionId() : InvalidLocalTransactionId;
+	AcceptedSettled = settled;
 }
 
 void
 AcceptConfigChanges(void)
 {
-	LocalTransactionId lxid = MyLocalTransactionId();
-
-	/* settled when taken in, in this transaction, which has marked nothing since */
-	if (AcceptedIn == lxid && lxid != InvalidLocalTransactionId && Marked != lxid &&
+	/* settled when taken in, and this transaction has marked nothing */
+	if (AcceptedSettled && Marked != MyLocalTransactionId() &&
 		pg_atomic_read_u64(Word) == AcceptedAt &&
 		pg_atomic_read_u64(RolesWord) == AcceptedRoles)
 		return;
