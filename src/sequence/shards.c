@@ -165,13 +165,13 @@ FlushShardReservation(Oid relid)
  * lock exclusively (it made the generation), so nobody draws meanwhile.
  */
 static void
-ProtectOlderGenerations(int32 id, int32 generation, const char *name, int64 last)
+ProtectOlderGenerations(int32 id, int32 newest, const char *name, int64 last)
 {
 	static SPIPlanPtr list_plan = NULL;
 	static SPIPlanPtr set_plan = NULL;
 	Oid			list_types[2] = {INT4OID, INT4OID};
 	Oid			set_types[2] = {OIDOID, INT8OID};
-	Datum		list_args[2] = {Int32GetDatum(id), Int32GetDatum(generation)};
+	Datum		list_args[2] = {Int32GetDatum(id), Int32GetDatum(newest)};
 	OwnerContext ctx;
 	SPITupleTable *rows;
 	uint64		n;
