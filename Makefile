@@ -30,7 +30,7 @@ ISOLATION_OPTS = --load-extension=sharded_seq
 TAP_TESTS = 1
 endif
 # libpq: topology/peers.c's connections to the other nodes of a Citus cluster
-SHLIB_LINK = -lmemcached -lpq
+SHLIB_LINK = -lpq
 # Calls from one file of the module to another bind inside it, not through
 # the PLT: a draw crosses several files (PostgreSQL 16 on hides the symbols
 # of modules, which does the same).
@@ -56,6 +56,34 @@ PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare -Wno-
 endif
 
 PG_CONFIG ?= pg_config
+
+# libmemcached, for the memcached tier and mode (src/common/memcache.c, the
+# only file that uses it): built with it when its header is found (MEMCACHED
+# unset or empty); make MEMCACHED=1 insists on it (and stops without it),
+# make MEMCACHED=0 builds without it.  .memcached records which kind
+# memcache.o is, so that it is rebuilt when a make asks for the other.
+MEMCACHED_BUILD := off
+ifneq ($(strip $(MEMCACHED)),0)
+MEMCACHED_BUILD := $(shell $(shell $(PG_CONFIG) --cc) $(shell $(PG_CONFIG) --cppflags) $(CPPFLAGS) \
+	-E -include libmemcached/memcached.h -x c /dev/null >/dev/null 2>&1 && echo on || echo off)
+ifneq ($(strip $(MEMCACHED)),)
+ifeq ($(MEMCACHED_BUILD),off)
+$(error MEMCACHED=$(MEMCACHED), but libmemcached/memcached.h is not found: install libmemcached-dev, or build with make MEMCACHED=0)
+endif
+endif
+endif
+ifeq ($(MEMCACHED_BUILD),on)
+PG_CPPFLAGS += -DSHARDED_SEQ_MEMCACHED
+SHLIB_LINK += -lmemcached
+else
+# installcheck leaves out the pg_regress files that make memcached objects
+REGRESS := $(filter-out $(patsubst sql/%.sql,%,$(shell grep -l "'memcached'" sql/*.sql 2>/dev/null)),$(REGRESS))
+endif
+ifneq ($(MEMCACHED_BUILD),$(shell cat .memcached 2>/dev/null))
+$(shell echo $(MEMCACHED_BUILD) > .memcached)
+endif
+EXTRA_CLEAN += .memcached
+
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
@@ -65,6 +93,8 @@ PG_PROVE_FLAGS += -I $(srcdir)/t
 # every object, and the bitcode the server inlines from with JIT, depends on
 # the shared headers (PGXS tracks no header changes) and the kind of build
 $(OBJS): $(wildcard src/*/*.h) .wait_points
+src/common/memcache.o: .memcached
 ifeq ($(with_llvm), yes)
 $(OBJS:.o=.bc): $(wildcard src/*/*.h) .wait_points
+src/common/memcache.bc: .memcached
 endif

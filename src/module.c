@@ -116,14 +116,7 @@ AddRangeHint(ErrorData *edata)
 static bool
 CheckServers(char **newval, void **extra, GucSource source)
 {
-	char	   *why = NULL;
-
-	if (McServersValid(*newval, &why))
-		return true;
-	GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
-	GUC_check_errdetail("%s", why);
-	GUC_check_errhint("Give a comma-separated list of host:port, such as '127.0.0.1:11211,10.0.0.5:11211'.");
-	return false;
+	return McCheckServers(*newval);
 }
 
 /* Only marks the connection for rebuilding: assign hooks must not fail. */

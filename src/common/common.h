@@ -200,7 +200,8 @@ extern McResult McGetAfterOwn(const char *key, int64 *value);
 extern McResult McIncrQuiet(const char *key, uint64 delta);
 extern McResult McAdd(const char *key, int64 value, time_t expiry);
 extern McResult McSet(const char *key, int64 value, time_t expiry);
-extern bool McServersValid(const char *list, char **why);
+extern bool McCheckServers(const char *list);
+extern void McRequireBuilt(const char *what);
 extern void McProbeServers(void (*report) (const char *, int, bool, const char *, void *),
 						   void *arg);
 

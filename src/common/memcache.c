@@ -7,41 +7,58 @@
  * libmemcached allocates with malloc; nothing it returns outlives the call
  * that copies it, so an ereport never leaks it.  Nothing talks to the network
  * unless sharded_seq.memcached_servers is set.
+ *
+ * The only file that knows whether the build has libmemcached (the Makefile
+ * defines SHARDED_SEQ_MEMCACHED when it does).  Without it the servers must
+ * stay empty, so McEnabled() is always false and callers take the paths they
+ * take when no server is set; asking for the memcached tier or mode is
+ * refused (McRequireBuilt), and the requests, never reached, send nothing.
  */
 #include "postgres.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#ifdef SHARDED_SEQ_MEMCACHED
 #include <libmemcached/memcached.h>
+#define MC_BUILT true
+#else
+#define MC_BUILT false
+#endif
 
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "common/common.h"
+
+#define MC_BUILD_HINT "Rebuild sharded_seq with libmemcached-dev installed (make MEMCACHED=1)."
 
 char	   *MemcachedServers = NULL;
 int			MemcachedConnectTimeout = 200;
 int			MemcachedPollTimeout = 200;
 
-static memcached_st *Handle = NULL;
-/*
- * A second connection, whose increments ask for no reply: an increment after
- * commit then costs a write, not a round trip.  Reads of those amounts by
- * this backend go through it too, so that they come after its increments.
- */
-static memcached_st *Quiet = NULL;
-static bool HandleStale = true;
 static TimestampTz LastDown = 0;	/* when a request last found no server */
 static TimestampTz LastFailure = 0; /* ... or failed in any way (a timeout) */
-static TimestampTz QuietUsed = 0;	/* when a quiet increment was last sent */
-
-/* a quiet connection idle this long is checked before an amount is sent */
-#define QUIET_IDLE_MS	500
+static bool HandleStale = true;
 
 /* libmemcached skips a failed server for this long before trying it again */
 #define MC_RETRY_SECONDS 1
+
+/*
+ * Refuse what needs memcached (what: "tier 'memcached'") in a build without
+ * libmemcached.
+ */
+void
+McRequireBuilt(const char *what)
+{
+	if (!MC_BUILT)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s is not available: sharded_seq was built without libmemcached", what),
+				 errhint(MC_BUILD_HINT)));
+}
 
 /* Settings changed: rebuild the handle before its next use (never here). */
 void
@@ -53,7 +70,7 @@ McSettingsChanged(void)
 bool
 McEnabled(void)
 {
-	return MemcachedServers != NULL && MemcachedServers[0] != '\0';
+	return MC_BUILT && MemcachedServers != NULL && MemcachedServers[0] != '\0';
 }
 
 /*
@@ -75,6 +92,42 @@ McLastFailure(void)
 {
 	return LastFailure;
 }
+
+/*
+ * "ss:<system id>:<database>:<installation>:<suffix>": no two databases,
+ * and no two installations of the extension in one database, share keys.
+ * An installation upgraded from 1.0 (token 0) keeps 1.0's keys.
+ */
+char *
+McKey(const char *fmt,...)
+{
+	char		suffix[200];
+	va_list		args;
+	uint64		token = InstallationToken();
+
+	va_start(args, fmt);
+	vsnprintf(suffix, sizeof(suffix), fmt, args);
+	va_end(args);
+	if (token == 0)
+		return psprintf("ss:" UINT64_FORMAT ":%u:%s", GetSystemIdentifier(),
+						MyDatabaseId, suffix);
+	return psprintf("ss:" UINT64_FORMAT ":%u:%" PRIx64 ":%s",
+					GetSystemIdentifier(), MyDatabaseId, (uint64_t) token, suffix);
+}
+
+#ifdef SHARDED_SEQ_MEMCACHED
+
+static memcached_st *Handle = NULL;
+/*
+ * A second connection, whose increments ask for no reply: an increment after
+ * commit then costs a write, not a round trip.  Reads of those amounts by
+ * this backend go through it too, so that they come after its increments.
+ */
+static memcached_st *Quiet = NULL;
+static TimestampTz QuietUsed = 0;	/* when a quiet increment was last sent */
+
+/* a quiet connection idle this long is checked before an amount is sent */
+#define QUIET_IDLE_MS	500
 
 static memcached_st *
 NewHandle(bool quiet)
@@ -176,28 +229,6 @@ ClassifyOn(memcached_st *mc, memcached_return_t rc)
 	if (r == MC_DOWN || r == MC_UNKNOWN)
 		LastFailure = GetCurrentTimestamp();
 	return r;
-}
-
-/*
- * "ss:<system id>:<database>:<installation>:<suffix>": no two databases,
- * and no two installations of the extension in one database, share keys.
- * An installation upgraded from 1.0 (token 0) keeps 1.0's keys.
- */
-char *
-McKey(const char *fmt,...)
-{
-	char		suffix[200];
-	va_list		args;
-	uint64		token = InstallationToken();
-
-	va_start(args, fmt);
-	vsnprintf(suffix, sizeof(suffix), fmt, args);
-	va_end(args);
-	if (token == 0)
-		return psprintf("ss:" UINT64_FORMAT ":%u:%s", GetSystemIdentifier(),
-						MyDatabaseId, suffix);
-	return psprintf("ss:" UINT64_FORMAT ":%u:%" PRIx64 ":%s",
-					GetSystemIdentifier(), MyDatabaseId, (uint64_t) token, suffix);
 }
 
 static McResult
@@ -376,12 +407,71 @@ McProbeServers(void (*report) (const char *, int, bool, const char *, void *), v
 	}
 }
 
+#else							/* !SHARDED_SEQ_MEMCACHED */
+
+/*
+ * Without libmemcached no server is ever set (McCheckServers), so callers,
+ * which ask McEnabled() first, never get here; if one did, nothing is sent,
+ * as when no server answers.  No ereport: some callers run after commit.
+ */
+McResult
+McIncr(const char *key, uint64 delta, uint64 *newvalue)
+{
+	*newvalue = 0;
+	return MC_DOWN;
+}
+
+McResult
+McDecr(const char *key, uint64 delta, uint64 *newvalue)
+{
+	*newvalue = 0;
+	return MC_DOWN;
+}
+
+McResult
+McGet(const char *key, int64 *value)
+{
+	return MC_DOWN;
+}
+
+McResult
+McGetAfterOwn(const char *key, int64 *value)
+{
+	return MC_DOWN;
+}
+
+McResult
+McIncrQuiet(const char *key, uint64 delta)
+{
+	return MC_DOWN;
+}
+
+McResult
+McAdd(const char *key, int64 value, time_t expiry)
+{
+	return MC_DOWN;
+}
+
+McResult
+McSet(const char *key, int64 value, time_t expiry)
+{
+	return MC_DOWN;
+}
+
+/* no server to probe: memcached_servers() returns no row */
+void
+McProbeServers(void (*report) (const char *, int, bool, const char *, void *), void *arg)
+{
+}
+
+#endif							/* SHARDED_SEQ_MEMCACHED */
+
 /*
  * Check a server list: comma-separated host[:port[:weight]] items, as
  * libmemcached parses them, with hosts made of name characters.
  */
-bool
-McServersValid(const char *list, char **why)
+static bool
+ServersValid(const char *list, char **why)
 {
 	char	   *copy;
 	char	   *item;
@@ -430,4 +520,32 @@ McServersValid(const char *list, char **why)
 		item = comma + 1;
 	}
 	return true;
+}
+
+/*
+ * The check hook's answer for sharded_seq.memcached_servers, with its
+ * GUC_check_err* reasons.  A build without libmemcached takes only the empty
+ * list: a postgresql.conf that names servers then draws a warning when the
+ * library loads (the setting stays empty), and SET or ALTER SYSTEM is
+ * refused.
+ */
+bool
+McCheckServers(const char *list)
+{
+	char	   *why = NULL;
+
+	if (!MC_BUILT && list != NULL && list[0] != '\0')
+	{
+		GUC_check_errcode(ERRCODE_FEATURE_NOT_SUPPORTED);
+		GUC_check_errmsg("memcached servers cannot be set: sharded_seq was built without libmemcached");
+		GUC_check_errdetail("sharded_seq.memcached_servers can only be empty in this build.");
+		GUC_check_errhint(MC_BUILD_HINT);
+		return false;
+	}
+	if (ServersValid(list, &why))
+		return true;
+	GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+	GUC_check_errdetail("%s", why);
+	GUC_check_errhint("Give a comma-separated list of host:port, such as '127.0.0.1:11211,10.0.0.5:11211'.");
+	return false;
 }

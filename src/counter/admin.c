@@ -31,12 +31,18 @@ StoredMode(const char *mode)
 	if (strcmp(mode, "exact") == 0)
 		return "exact";
 	if (strcmp(mode, "memcached") == 0)
+	{
+		McRequireBuilt("mode 'memcached'");
 		return StoredModeName(MODE_MEMCACHED);
+	}
 	if (strcmp(mode, "buffered") == 0)
 	{
 		/* before ALTER EXTENSION UPDATE to 1.3, 'buffered' keeps its old meaning */
 		if (!WriteBehindModesSplit())
+		{
+			McRequireBuilt("mode 'buffered' (memcached before the update to 1.3)");
 			return "buffered";
+		}
 		if (!SlotsAvailable())
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -240,8 +240,13 @@ CacheArg(FunctionCallInfo fcinfo, int argno)
 static void
 ValidateTier(const char *tier)
 {
-	if (strcmp(tier, "database") == 0 || strcmp(tier, "memcached") == 0)
+	if (strcmp(tier, "database") == 0)
 		return;
+	if (strcmp(tier, "memcached") == 0)
+	{
+		McRequireBuilt("tier 'memcached'");
+		return;
+	}
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("unknown tier \"%s\"", tier),
