@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/cold.sh [SECONDS] [ROUNDS] [COUNTERS]: counters at application scale
-# (DESIGN.md P7, P4, P6), side by side with their anchors in one run.
+# (P7, P4, P6 of docs/performance.md), side by side with their anchors in one run.
 #
 #   - bytes: COUNTERS counters created by counter_incr (growth of every table
 #     in schema sharded_seq, indexes included) against a plain

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/connect.sh [SECONDS] [ROUNDS] [CONNECTIONS]: short connections
-# (DESIGN.md P10, P11), side by side in one run, on a throwaway preloaded
+# (P10, P11 of docs/performance.md), side by side in one run, on a throwaway preloaded
 # cluster:
 #   - pgbench -C c=8 (a new connection per transaction): SELECT 1,
 #     sharded_nextval through the node cache (cache 'node', the default),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run.sh [SECONDS] [ROUNDS]: pgbench side by side with the anchors, in
-# one run, on a throwaway cluster and memcached; prints the P1-P8 ratios from
-# DESIGN.md.  Workloads are interleaved over ROUNDS rounds and each figure is
+# one run, on a throwaway cluster and memcached; prints the P1-P8 ratios of
+# docs/performance.md.  Workloads are interleaved over ROUNDS rounds and each figure is
 # the median, which keeps a noisy 2-core machine from deciding a ratio.
 # Benchmarks are not tests: nothing here asserts a timing.
 set -euo pipefail
