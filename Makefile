@@ -6,7 +6,8 @@ OBJS = src/module.o src/common/registry.o \
 	src/topology/topology.o src/topology/node.o src/topology/citus.o src/topology/peers.o \
 	src/topology/cutover.o src/topology/replication.o \
 	src/sequence/engine.o src/sequence/node_cache.o src/sequence/node_sweep.o src/sequence/node_reserve.o src/sequence/node_draw.o src/sequence/admin.o src/sequence/cutover.o src/sequence/adopt.o src/sequence/usage.o src/sequence/shards.o src/sequence/directory.o \
-	src/counter/engine.o src/counter/rows.o src/counter/layout.o src/counter/kept.o \
+	src/counter/engine.o src/counter/rows.o src/counter/config.o src/counter/sums.o src/counter/apply.o \
+	src/counter/rewrite.o src/counter/layout.o src/counter/kept.o \
 	src/counter/slots.o src/counter/buffered.o src/counter/memcached.o \
 	src/counter/maintain.o src/counter/admin.o \
 	src/worker/launcher.o src/worker/worker.o src/worker/hooks.o \

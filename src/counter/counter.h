@@ -28,7 +28,7 @@ extern void LayoutShmemInit(void);
 extern Size KeptShmemSize(void);
 extern void KeptShmemInit(void);
 
-/* rows.c: a counter's configuration row, as the engine and the worker need it */
+/* config.c: a counter's configuration row, as the engine and the worker need it */
 typedef struct CounterConfigRow
 {
 	int32		id;

@@ -2,13 +2,14 @@
  * counter_internal.h
  *	  Shared by the files of src/counter/ only.  Inside the folder, calls run
  *	  down: admin.c > engine.c > buffered.c, memcached.c, maintain.c >
- *	  rows.c > kept.c, layout.c; and slots.c, below every user of it
- *	  (README.md).
+ *	  apply.c, sums.c, rewrite.c > config.c, rows.c > kept.c, layout.c; and
+ *	  slots.c, below every user of it (README.md).
  */
 #ifndef SHARDED_SEQ_COUNTER_INTERNAL_H
 #define SHARDED_SEQ_COUNTER_INTERNAL_H
 
 #include "counter/counter.h"
+#include "access/tableam.h"
 #include "topology/topology.h"
 #include "common/hashfn.h"
 
@@ -25,7 +26,13 @@ CounterKeyHash(Oid dbid, Oid install, int32 counter_id)
 	return hash_combine(h, murmurhash32((uint32) dbid));
 }
 
-/* rows.c: row access; ShardWrite is the only writer of shard rows */
+/* counter_shards' columns */
+#define Anum_shard_counter_id	1
+#define Anum_shard_shard		2
+#define Anum_shard_value		3
+#define Natts_shard				3
+
+/* A shard row where a scan saw it (rows.c: ScanShards) */
 typedef struct ShardRef
 {
 	int32		shard;
@@ -35,7 +42,7 @@ typedef struct ShardRef
 
 /*
  * A counter's total as a snapshot saw its rows, and what says how long it
- * holds (rows.c); a session keeps its own, and shares them (kept.c).
+ * holds (sums.c); a session keeps its own, and shares them (kept.c).
  */
 typedef struct KeptTotal
 {
@@ -62,11 +69,61 @@ typedef struct CounterPlace
 	uint64		last_word;		/* the word at the previous read */
 } CounterPlace;
 
+/*
+ * rows.c: row access.  ShardWrite is the only writer of shard rows: extern,
+ * so any file of the folder may ask it; test/structure/one_writer.sh fails
+ * on any other write.
+ */
+
+/* A write of shard rows, as ShardWrite takes it. */
+typedef enum ShardWriteKind
+{
+	WRITE_INSERT,				/* rel, tuple, options */
+	WRITE_UPDATE,				/* rel, tid (the version read), tuple, wait, tmfd */
+	WRITE_DELETE,				/* rel, tid (the version read), tmfd */
+	WRITE_SQL					/* plan, args, expected, what */
+} ShardWriteKind;
+
+typedef struct ShardWriteOp
+{
+	ShardWriteKind kind;
+	int32		counter_id;
+	Relation	rel;
+	ItemPointer tid;
+	HeapTuple	tuple;
+	int			options;
+	bool		wait;
+	TM_FailureData *tmfd;
+	SPIPlanPtr	plan;
+	Datum	   *args;
+	int			expected;
+	const char *what;
+} ShardWriteOp;
+
+typedef enum ShardResult
+{
+	SHARD_UPDATED,
+	SHARD_BUSY,					/* held by another transaction */
+	SHARD_GONE,					/* deleted (a shrink or drop) */
+	SHARD_FULL					/* the delta does not fit in this shard */
+} ShardResult;
+
+extern TM_Result ShardWrite(const ShardWriteOp *op);
+extern int128 ScanShards(Relation rel, int32 counter_id, Snapshot snapshot,
+						 int32 base, ShardRef **refs, int *nrefs, int *nall);
+extern ShardResult UpdateShard(Relation rel, int32 counter_id, ShardRef *ref,
+							   int64 delta, bool wait, Snapshot snapshot);
+extern void InsertShardRow(Relation rel, int32 counter_id, int32 shard,
+						   int64 value, int options);
+extern void InsertIndexEntries(Relation rel, HeapTuple newtup, bool moved,
+							   bool only_summarizing);
+
+/* sums.c: a counter's total, read and kept */
 extern void ForgetRows(CounterPlace *place);
-
-
 extern int128 CounterSum(int32 counter_id, CounterPlace *place, ShardRef **refs,
 						 int *nrefs);
+
+/* apply.c: adding an amount to the rows */
 extern bool CounterApply(int32 counter_id, int32 preferred, int64 delta,
 						 const char *name, ShardRef *known, int nknown);
 
@@ -78,28 +135,20 @@ typedef enum CounterApplyResult
 	APPLY_FULL					/* no shard can take the amount */
 } CounterApplyResult;
 
-extern int64 CounterSetCount(int32 counter_id);
 extern CounterApplyResult CounterTryApply(int32 counter_id, int32 preferred,
 										  int64 delta);
-extern void InsertIndexEntries(Relation rel, HeapTuple newtup, bool moved,
-							   bool only_summarizing);
 
-typedef enum MaintainResult
-{
-	MAINTAIN_NOTHING,
-	MAINTAIN_FOLDED,			/* idle rows folded into one (perhaps gathered too) */
-	MAINTAIN_GATHERED,			/* rows rewritten together */
-	MAINTAIN_BUSY				/* a row was held or changed: undo, try later */
-} MaintainResult;
+/* config.c (FetchCounterConfig is in the door) */
+extern int64 CounterSetCount(int32 counter_id);
 
+/* rewrite.c: the administration's writes of rows, by SQL */
+extern bool InsertCounter(const char *name, int32 shards, const char *mode,
+						  Oid owner, bool if_not_exists);
 extern void ShardRowsCreate(int32 id, int32 shards, const char *name);
 extern void ShardRowsRebuild(int32 id, int32 shards);
 extern void ShardRowsDrop(int32 id);
 extern void ShardRowsSet(int32 id, int64 value, const char *name);
 extern int32 ShardRowsCount(int32 id);
-
-extern MaintainResult MaintainCounterRows(int32 counter_id, int32 base, bool fold,
-										  TransactionId idle_before);
 
 /* engine.c */
 extern void CounterDroppedInXact(int32 counter_id);
@@ -159,9 +208,5 @@ extern void MemcachedAbsorbLeftovers(int32 counter_id);
 extern void MemcachedApplyLeftovers(void);
 extern bool MemcachedPending(int32 counter_id, int64 *amount);
 extern bool MemcachedStagingHere(void);
-
-/* admin.c */
-extern bool InsertCounter(const char *name, int32 shards, const char *mode,
-						  Oid owner, bool if_not_exists);
 
 #endif							/* SHARDED_SEQ_COUNTER_INTERNAL_H */

@@ -7,7 +7,7 @@
  * adds to this transaction's pending amount for the counter, kept in backend
  * memory per subtransaction, so a rolled-back savepoint takes its share back.
  * Just before commit each counter's net amount is applied once: to one shard
- * row (rows.c), or, for a write-behind counter, to its shared
+ * row (apply.c), or, for a write-behind counter, to its shared
  * memory slot (slots.c) or memcached (memcached.c) once the
  * commit is final.  Counters are taken in id order, so shard
  * rows are locked only for the moment of commit, a million increments in one
@@ -32,8 +32,6 @@
 
 /* settings (defined in module.c) */
 int			DefaultCounterShards = 0;
-int			MaxCounterShards = 16;
-int			CounterFlushInterval = 10;
 
 typedef struct CounterEntry
 {

@@ -2,7 +2,7 @@
  * kept.c
  *	  Counter totals kept in shared memory for every session of the server.
  *
- * A session that keeps a counter's total (KeepRows, rows.c)
+ * A session that keeps a counter's total (KeepRows, sums.c)
  * publishes it here, and a session that meets the counter for the first time
  * reads it here instead of scanning the rows.  What says how long a kept
  * total holds belongs to no session: the counter's layout word, the xmax of

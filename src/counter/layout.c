@@ -2,7 +2,7 @@
  * layout.c
  *	  Layout words: shared memory that tells a session whether the shard rows
  *	  it remembers for a counter are still all of its rows, so that a total it
- *	  kept (kept.c, rows.c) still holds.  Also the net epoch and the
+ *	  kept (kept.c, sums.c) still holds.  Also the net epoch and the
  *	  foreign-rows flag, which switch keeping off.
  *
  * Layout words: for each bucket of counters, a change count (high bits) and
@@ -14,7 +14,7 @@
  * transaction takes itself out at PREPARE: its changes stay invisible (its
  * xid is still running) until COMMIT PREPARED, which marks every word.
  *
- * The rule kept totals stand on (rows.c: KeepRows, TotalHolds): every write
+ * The rule kept totals stand on (sums.c: KeepRows, TotalHolds): every write
  * of a counter's shard rows marks its layout word before the write can be
  * seen, and keeps it "changing" until the writing transaction has ended.  A
  * kept total holds only while its word has not moved.
@@ -36,7 +36,7 @@
  * transaction ends (ChangesOwnTable, common/catalog.c), and
  * LayoutChangingAll moves net_epoch.  KeepRows keeps nothing unless the
  * trigger is in place as a snapshot taken after the epoch was read sees it
- * (ShardsNetHolds, rows.c).  Not covered: a superuser's DML on pg_trigger
+ * (ShardsNetHolds, sums.c).  Not covered: a superuser's DML on pg_trigger
  * itself, which no command announces.
  * Exceptions, where no total is kept at all: no shared memory (not
  * preloaded), a standby (replay marks nothing), SERIALIZABLE, a node id or

@@ -7,7 +7,8 @@
  * Each counter is handled in a subtransaction of its own, with no waiting:
  * a counter with a row held or changed meanwhile is left for the next run.
  * So maintain() is safe at any moment, next to increments and reads, and no
- * total ever changes (see MaintainCounterRows in rows.c).
+ * total ever changes (see MaintainCounterRows below).  Rows are deleted,
+ * added to and added through rows.c (ShardWrite), as every write of them.
  *
  * A row is idle if no transaction updated it since the previous fold pass,
  * which sharded_seq.maintenance records (time and transaction counter).  A
@@ -16,6 +17,12 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -25,13 +32,23 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "counter/counter_internal.h"
 
 /* settings (defined in module.c) */
 int			CounterFoldAfter = 60;
+
+typedef enum MaintainResult
+{
+	MAINTAIN_NOTHING,
+	MAINTAIN_FOLDED,			/* idle rows folded into one (perhaps gathered too) */
+	MAINTAIN_GATHERED,			/* rows rewritten together */
+	MAINTAIN_BUSY				/* a row was held or changed: undo, try later */
+} MaintainResult;
 
 typedef struct Candidate
 {
@@ -138,6 +155,182 @@ RecordFoldPass(void)
 				1, types);
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update sharded_seq.maintenance");
+}
+
+/* One row of a counter, as maintain() found it. */
+typedef struct FoundRow
+{
+	ItemPointerData tid;
+	int32		shard;
+	int64		value;
+	bool		idle;
+	bool		fold;			/* folded into the keeper */
+} FoundRow;
+
+/* Delete a row version exactly as it was read; false if it was held or changed. */
+static bool
+DeleteAsRead(Relation rel, int32 counter_id, ItemPointer tid)
+{
+	TM_FailureData tmfd;
+
+	return ShardWrite(&(ShardWriteOp) {
+		.kind = WRITE_DELETE, .counter_id = counter_id, .rel = rel,
+		.tid = tid, .tmfd = &tmfd}) == TM_Ok;
+}
+
+/*
+ * maintain()'s work on one counter, in the caller's subtransaction, which
+ * is rolled back on MAINTAIN_BUSY.  Nothing here waits.
+ *
+ * Fold: rows not updated since idle_before (or frozen) go into one of them.
+ * With every row idle, the counter is back to one row; with some still
+ * busy, the idle ones become one.  Gather: rows spread over more pages than
+ * they need are rewritten together, at the end of the table, where a fresh
+ * page leaves room for HOT updates.
+ *
+ * A row is deleted only as the version that was read, so each value moved
+ * is final; the keeper is added to, which commutes with concurrent
+ * increments.  Readers see the old rows or the new ones, never a mix.
+ * Only this node's rows (from base) are touched: other nodes' are theirs.
+ */
+static MaintainResult
+MaintainCounterRows(int32 counter_id, int32 base, bool fold,
+					TransactionId idle_before)
+{
+	Relation	rel = table_open(ConfigRelid("counter_shards"), RowExclusiveLock);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyData keys[3];
+	SysScanDesc scan;
+	HeapTuple	tup;
+	TupleDesc	desc = RelationGetDescr(rel);
+	FoundRow   *rows = NULL;
+	int			n = 0;
+	int			cap = 0;
+	int			nidle = 0;
+	int			keeper = -1;
+	int			npages = 0;
+	BlockNumber *pages;
+	bool		gather;
+	int128		moved = 0;
+	MaintainResult result = MAINTAIN_NOTHING;
+
+	/*
+	 * Like a growing commit: alter_counter and drop_counter must not read or
+	 * delete the rows while this rewrites them, so each waits for the other.
+	 * Held to the end of the transaction (the subtransaction's, if undone).
+	 */
+	if (!ConditionalLockDatabaseObject(ConfigRelid("counter_config"), counter_id, 0, RowShareLock))
+	{
+		table_close(rel, NoLock);
+		return MAINTAIN_BUSY;
+	}
+	ScanKeyInit(&keys[0], Anum_shard_counter_id, BTEqualStrategyNumber, F_INT4EQ,
+				Int32GetDatum(counter_id));
+	ScanKeyInit(&keys[1], Anum_shard_shard, BTGreaterEqualStrategyNumber, F_INT4GE,
+				Int32GetDatum(base));
+	ScanKeyInit(&keys[2], Anum_shard_shard, BTLessStrategyNumber, F_INT4LT,
+				Int32GetDatum(base + NODE_SHARDS));
+	scan = systable_beginscan(rel, ConfigRelid("counter_shards_pkey"), true,
+							  snapshot, 3, keys);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		isnull;
+		FoundRow   *r;
+
+		if (n == cap)
+		{
+			cap = cap ? cap * 2 : 16;
+			rows = n ? repalloc(rows, cap * sizeof(FoundRow)) : palloc(cap * sizeof(FoundRow));
+		}
+		r = &rows[n++];
+		r->tid = tup->t_self;
+		r->shard = DatumGetInt32(heap_getattr(tup, Anum_shard_shard, desc, &isnull));
+		r->value = DatumGetInt64(heap_getattr(tup, Anum_shard_value, desc, &isnull));
+		r->idle = fold &&
+			(HeapTupleHeaderXminFrozen(tup->t_data) ||
+			 TransactionIdPrecedes(HeapTupleHeaderGetRawXmin(tup->t_data), idle_before));
+		r->fold = false;
+		nidle += r->idle;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	if (n <= 1)
+	{
+		table_close(rel, NoLock);
+		return MAINTAIN_NOTHING;
+	}
+
+	/* the keeper: the lowest idle row; every other idle row folds into it */
+	if (nidle >= 2)
+	{
+		for (int i = 0; i < n; i++)
+			if (rows[i].idle && (keeper < 0 || rows[i].shard < rows[keeper].shard))
+				keeper = i;
+		for (int i = 0; i < n; i++)
+			if (rows[i].idle && i != keeper)
+			{
+				rows[i].fold = true;
+				moved += rows[i].value;
+			}
+		if (moved + rows[keeper].value > PG_INT64_MAX ||
+			moved + rows[keeper].value < PG_INT64_MIN)
+		{
+			table_close(rel, NoLock);
+			return MAINTAIN_NOTHING;	/* would not fit one row: leave it */
+		}
+	}
+
+	/* rows left after folding, and the pages they lie on */
+	pages = palloc(n * sizeof(BlockNumber));
+	for (int i = 0; i < n; i++)
+	{
+		BlockNumber blk = ItemPointerGetBlockNumber(&rows[i].tid);
+		bool		seen = false;
+
+		if (rows[i].fold)
+			continue;
+		for (int j = 0; j < npages && !seen; j++)
+			seen = (pages[j] == blk);
+		if (!seen)
+			pages[npages++] = blk;
+	}
+	gather = npages > 2 + (n - (keeper >= 0 ? nidle - 1 : 0)) / 32;
+	if (keeper < 0 && !gather)
+	{
+		table_close(rel, NoLock);
+		return MAINTAIN_NOTHING;
+	}
+
+	for (int i = 0; i < n && result != MAINTAIN_BUSY; i++)
+	{
+		if (!rows[i].fold && !gather)
+			continue;
+		if (!DeleteAsRead(rel, counter_id, &rows[i].tid))
+			result = MAINTAIN_BUSY;
+	}
+	if (result != MAINTAIN_BUSY && gather)
+	{
+		/* the survivors, together on the last page or a new one */
+		for (int i = 0; i < n; i++)
+			if (!rows[i].fold)
+				InsertShardRow(rel, counter_id, rows[i].shard,
+							   rows[i].value + (i == keeper ? (int64) moved : 0),
+							   HEAP_INSERT_SKIP_FSM);
+	}
+	else if (result != MAINTAIN_BUSY)
+	{
+		ShardRef	ref;
+
+		ref.shard = rows[keeper].shard;
+		ref.tid = rows[keeper].tid;
+		if (UpdateShard(rel, counter_id, &ref, (int64) moved, false,
+						GetLatestSnapshot()) != SHARD_UPDATED)
+			result = MAINTAIN_BUSY;
+	}
+	if (result != MAINTAIN_BUSY)
+		result = keeper >= 0 ? MAINTAIN_FOLDED : MAINTAIN_GATHERED;
+	table_close(rel, NoLock);
+	return result;
 }
 
 /*

@@ -35,6 +35,7 @@
 
 /* settings (defined in module.c) */
 int			MemcachedBatchDelay = 10;
+int			CounterFlushInterval = 10;
 
 #define MC_KEY_LEN 250
 
