@@ -1,9 +1,11 @@
 EXTENSION = sharded_seq
 MODULE_big = sharded_seq
 OBJS = src/module.o src/common/registry.o \
-	src/common/catalog.o src/common/privileges.o src/common/cache.o src/common/memcache.o src/common/node.o \
-	src/common/replication.o src/common/stats.o src/common/wait_point.o src/common/cutover.o src/common/citus.o src/common/peers.o src/common/config_word.o \
-	src/sequence/engine.o src/sequence/node_cache.o src/sequence/admin.o src/sequence/cutover.o src/sequence/adopt.o src/sequence/usage.o src/sequence/shards.o src/sequence/directory.o \
+	src/common/catalog.o src/common/privileges.o src/common/cache.o src/common/memcache.o \
+	src/common/stats.o src/common/wait_point.o src/common/config_word.o \
+	src/topology/topology.o src/topology/node.o src/topology/citus.o src/topology/peers.o \
+	src/topology/cutover.o src/topology/replication.o \
+	src/sequence/engine.o src/sequence/node_cache.o src/sequence/node_sweep.o src/sequence/node_reserve.o src/sequence/node_draw.o src/sequence/admin.o src/sequence/cutover.o src/sequence/adopt.o src/sequence/usage.o src/sequence/shards.o src/sequence/directory.o \
 	src/counter/engine.o src/counter/rows.o src/counter/config.o src/counter/sums.o src/counter/apply.o \
 	src/counter/rewrite.o src/counter/layout.o src/counter/kept.o \
 	src/counter/slots.o src/counter/buffered.o src/counter/memcached.o \
@@ -28,7 +30,7 @@ ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
 ISOLATION_OPTS = --load-extension=sharded_seq
 TAP_TESTS = 1
 endif
-# libpq: common/peers.c's connections to the other nodes of a Citus cluster
+# libpq: topology/peers.c's connections to the other nodes of a Citus cluster
 SHLIB_LINK = -lpq
 # Calls from one file of the module to another bind inside it, not through
 # the PLT: a draw crosses several files (PostgreSQL 16 on hides the symbols

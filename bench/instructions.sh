@@ -10,8 +10,10 @@
 # included (one per 1,000 values).  Prints the count per draw and the
 # functions that cost the most (CG_OUT=DIR keeps the callgrind files there,
 # for callgrind_annotate --auto=yes); then the instructions of a whole
-# transaction that executes a prepared SELECT 1, sharded_nextval or nextval
-# (P2's unit).
+# transaction that executes a prepared SELECT 1, SELECT random() (a volatile
+# built-in call), sharded_seq.node_id() (a C function of the module that does
+# next to nothing: what the call of any module function costs, fmgr's
+# catalog lookup included), sharded_nextval or nextval (P2's unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DRAWS="${1:-200000}"
@@ -55,11 +57,14 @@ per_xact() {
     chmod 644 "$WORK/cg.sql"
     as_pg valgrind --tool=callgrind --callgrind-out-file="$out" \
         "$PGBIN/postgres" --single -D "$PGDATA" bench <"$WORK/cg.sql" >"$CLUSTER_DIR/cg.log" 2>&1
+    [ -z "${CG_OUT:-}" ] || [ "$2" -lt 3000 ] || cp "$out" "$CG_OUT/cg.x.$4"
     callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'
 }
 echo "per transaction (EXECUTE of a prepared statement, whole backend, marginal over 2000):"
-for what in "SELECT 1" "SELECT sharded_nextval('i_node')" "SELECT sharded_nextval('i_session')" "SELECT nextval('i_native')"; do
-    a=$(per_xact x 1000 "$what")
-    b=$(per_xact x 3000 "$what")
+n=0
+for what in "SELECT 1" "SELECT random()" "SELECT sharded_seq.node_id()" "SELECT sharded_nextval('i_node')" "SELECT sharded_nextval('i_session')" "SELECT nextval('i_native')"; do
+    n=$((n + 1))
+    a=$(per_xact x 1000 "$what" "$n")
+    b=$(per_xact x 3000 "$what" "$n")
     echo "    $what: $(( (b - a) / 2000 ))"
 done

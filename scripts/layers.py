@@ -4,7 +4,8 @@ of src/ from its #include lines, and with --objects from the calls the built
 objects (src/**/*.o) make to each other's symbols.
 
 The subsystems and their layers, lowest first:
-    common (0)  <  sequence, counter (1)  <  worker (2)  <  module.c (3)
+    common (0)  <  topology (1)  <  sequence, counter (2)  <  worker (3)
+    <  module.c (4)
 Rules:
   1. a file includes headers of its own folder or of a lower layer only
      (sequence and counter, on one layer, never include each other);
@@ -12,7 +13,10 @@ Rules:
   3. no include cycle, between files or between folders;
   4. an #include names a file literally ("x" or <x>), not through a macro;
   5. (--objects) an object calls only functions and reads only variables
-     defined in its own folder or a lower layer.
+     defined in its own folder or a lower layer;
+  6. (--objects) no circle of calls between objects: two files never call
+     each other's functions, directly or around a longer loop (a setting
+     read in another file of the folder is not a call).
 Prints each violation and exits 1; exits 0 when the tree keeps the rules.
 """
 import os
@@ -20,7 +24,7 @@ import re
 import sys
 import tempfile
 
-LAYERS = {"common": 0, "sequence": 1, "counter": 1, "worker": 2, ".": 3}
+LAYERS = {"common": 0, "topology": 1, "sequence": 2, "counter": 2, "worker": 3, ".": 4}
 INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]', re.M)
 
 
@@ -104,7 +108,7 @@ def check_objects(src):
         objs += [os.path.join(root, n) for n in names if n.endswith(".o")]
     if not objs:
         return ["no objects under src/: build first (make)"], 0
-    defined, needs = {}, {}
+    defined, needs, functions = {}, {}, set()
     for o in objs:
         out = subprocess.run(["nm", "-P", o], capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
@@ -116,16 +120,41 @@ def check_objects(src):
                 needs.setdefault(o, set()).add(sym)
             elif kind in "TDBRCGS":
                 defined[sym] = o
+                if kind == "T":
+                    functions.add(sym)
     problems = []
+    uses = {}
     for o, syms in needs.items():
         here = folder_of(o, src)
         for sym in sorted(syms):
             if sym not in defined:
                 continue
+            if defined[sym] != o and sym in functions:
+                uses.setdefault(o, {}).setdefault(defined[sym], sym)
             there = folder_of(defined[sym], src)
             if there != here and LAYERS.get(there, 9) >= LAYERS.get(here, -1):
                 problems.append(f"{os.path.relpath(o, src)} uses {sym} of "
                                 f"{os.path.relpath(defined[sym], src)}: {there} is not below {here}")
+    # circles of calls between objects (rule 6), functions only: each reported once
+    state, seen = {}, set()
+
+    def visit(o, stack):
+        state[o] = 1
+        for t in sorted(uses.get(o, {})):
+            if state.get(t) == 1:
+                cyc = stack[stack.index(t):] + [t]
+                key = frozenset(cyc)
+                if key not in seen:
+                    seen.add(key)
+                    steps = [f"{os.path.relpath(a, src)} ({uses[a][b]})" for a, b in zip(cyc, cyc[1:])]
+                    problems.append("call circle: " + " -> ".join(steps) + " -> "
+                                    + os.path.relpath(cyc[-1], src))
+            elif t not in state:
+                visit(t, stack + [t])
+        state[o] = 2
+    for o in sorted(uses):
+        if o not in state:
+            visit(o, [o])
     return problems, len(objs)
 
 
@@ -160,6 +189,7 @@ def self_test():
             problems, _ = check(d)
             print(f"self-test: {what}: {'caught' if problems else 'MISSED'}")
             ok &= bool(problems)
+    ok &= self_test_objects()
     with tempfile.TemporaryDirectory() as d:
         os.makedirs(os.path.join(d, "common"))
         os.makedirs(os.path.join(d, "counter"))
@@ -169,6 +199,49 @@ def self_test():
         problems, _ = check(d)
         print(f"self-test: a tree that keeps the rules: {'passes' if not problems else 'REFUSED'}")
         ok &= not problems
+    return ok
+
+
+def self_test_objects():
+    """Rules 5 and 6 on objects compiled from small trees (needs cc)."""
+    import shutil
+    import subprocess
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        print("self-test: objects: no C compiler, not run")
+        return True
+    cases = {
+        "upward call": ({"common/a.c": "int up(void); int a(void) { return up(); }",
+                         "topology/t.c": "int up(void) { return 1; }"}, True),
+        "call between the engines": ({"sequence/s.c": "int c(void); int s(void) { return c(); }",
+                                      "counter/c.c": "int c(void) { return 1; }"}, True),
+        "call circle between two files": ({"common/a.c": "int b(int); int a(int x) { return x ? b(x - 1) : 0; }",
+                                           "common/b.c": "int a(int); int b(int x) { return x ? a(x - 1) : 1; }"}, True),
+        "call circle around three files": ({"common/a.c": "int b(int); int a(int x) { return x ? b(x - 1) : 0; }",
+                                            "common/b.c": "int c(int); int b(int x) { return x ? c(x - 1) : 1; }",
+                                            "common/c.c": "int a(int); int c(int x) { return x ? a(x - 1) : 2; }"}, True),
+        "an upward read of a variable": ({"common/a.c": "extern int v; int a(void) { return v; }",
+                                          "worker/w.c": "int v = 1;"}, True),
+        "calls that keep the rules": ({"common/a.c": "int a(void) { return 1; }",
+                                       "topology/t.c": "int a(void); int t(void) { return a(); }",
+                                       "counter/c.c": "int t(void); int a(void); int c(void) { return t() + a(); }",
+                                       "module.c": "int c(void); int m(void) { return c(); }"}, False),
+    }
+    ok = True
+    for what, (tree, bad) in cases.items():
+        with tempfile.TemporaryDirectory() as d:
+            for path, text in tree.items():
+                os.makedirs(os.path.join(d, os.path.dirname(path)), exist_ok=True)
+                open(os.path.join(d, path), "w").write(text + "\n")
+                subprocess.run([cc, "-c", "-o", os.path.join(d, path[:-2] + ".o"), os.path.join(d, path)],
+                               check=True)
+            problems, _ = check_objects(d)
+            if bad:
+                print(f"self-test: {what}: {'caught' if problems else 'MISSED'}")
+                ok &= bool(problems)
+            else:
+                print(f"self-test: {what}: {'passes' if not problems else 'REFUSED: ' + '; '.join(problems)}")
+                ok &= not problems
     return ok
 
 

@@ -17,6 +17,7 @@
 #include "common/common.h"
 #include "counter/counter.h"
 #include "sequence/sequence.h"
+#include "topology/topology.h"
 #include "worker/worker.h"
 
 PG_MODULE_MAGIC;
@@ -192,7 +193,7 @@ _PG_init(void)
 							"Used only when the library is preloaded.  A crash or an immediate shutdown loses what is still waiting; 0 loses nothing to a crash, and costs a memcached request per commit.",
 							&MemcachedBatchDelay, 10, 0, MAX_BATCH_DELAY_MS,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
-	/* read once per session, at its first use: see common/node.c */
+	/* read once per session, at its first use: see topology/node.c */
 	DefineCustomIntVariable("sharded_seq.node_id",
 							"This primary's node id among several: its part of every sequence's values and its own counter rows; 0 is a single node.",
 							"Node n > 0 hands out values n * 2^53 + 0 .. 2^53-1 and writes counter rows n * 1024 + 0 .. 1023.  Sessions started after a change use the new id.",

@@ -28,6 +28,9 @@ typedef struct CallSite
 	char		name[NAMEDATALEN];
 } CallSite;
 
+/* a call site's fn_extra after one call that made no memo: matches no cache */
+static CallSite SeenOnce;
+
 /*
  * Is argument 0 a constant of the expression (a literal name, as in DEFAULT
  * sharded_nextval('orders_id'))?  Then every call of this call site passes
@@ -148,10 +151,7 @@ CallSiteLookup(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 		return cs->entry;
 	}
 
-	/*
-	 * A prepared statement's call site lives one execution: the name the
-	 * session looked up last is checked before the hash.
-	 */
+	/* the name the session looked up last is checked before the hash */
 	entry = cache->last;
 	if (entry && entry->incarnation == cache->last_incarnation && entry->incarnation != 0 &&
 		len < NAMEDATALEN && entry->name[len] == '\0' &&
@@ -168,7 +168,7 @@ CallSiteLookup(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 		cache->last = entry;
 		cache->last_incarnation = entry->incarnation;
 	}
-	if (cs == NULL)
+	if (cs == NULL || cs == &SeenOnce)
 		cs = fcinfo->flinfo->fn_extra =
 			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(CallSite));
 	cs->cache = cache;
@@ -180,6 +180,36 @@ CallSiteLookup(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 	if (name)
 		pfree(name);
 	return entry;
+}
+
+/*
+ * A new call site: a prepared statement's lives one execution, and most are
+ * called once.  If the name is the one the session looked up last, the site
+ * remembers nothing yet (SeenOnce); a second call makes its memo.
+ */
+static pg_noinline CacheEntry *
+CallSiteFirst(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
+{
+	if (!PG_ARGISNULL(0))
+	{
+		struct varlena *arg = (struct varlena *) DatumGetPointer(PG_GETARG_DATUM(0));
+		CacheEntry *entry = cache->last;
+
+		if (!VARATT_IS_EXTERNAL(arg) && !VARATT_IS_COMPRESSED(arg) && entry &&
+			entry->incarnation == cache->last_incarnation && entry->incarnation != 0)
+		{
+			int			len = VARSIZE_ANY_EXHDR(arg);
+
+			if (len < NAMEDATALEN && entry->name[len] == '\0' &&
+				memcmp(entry->name, VARDATA_ANY(arg), len) == 0)
+			{
+				Touch(cache, entry);
+				fcinfo->flinfo->fn_extra = &SeenOnce;
+				return entry;
+			}
+		}
+	}
+	return CallSiteLookup(fcinfo, cache, is_new);
 }
 
 /*
@@ -198,6 +228,8 @@ CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache, bool *is_new)
 		Touch(cache, cs->entry);
 		return cs->entry;
 	}
+	if (cs == NULL)
+		return CallSiteFirst(fcinfo, cache, is_new);
 	return CallSiteLookup(fcinfo, cache, is_new);
 }
 

@@ -871,17 +871,6 @@ InstallationToken(void)
 	return cached_token;
 }
 
-/*
- * Tell every backend, at commit, that a config row changed; and every
- * session to come, through the config word, from now on.
- */
-void
-AnnounceConfigChange(const char *relname)
-{
-	ConfigChanging();
-	CacheInvalidateRelcacheByRelid(ConfigRelid(relname));
-}
-
 void
 ReportNotFound(ObjectKind kind, const char *name)
 {

@@ -1,9 +1,10 @@
 /*
  * common.h
- *	  The door of src/common/: what every subsystem shares.  The catalog and
- *	  privileges, the per-session object cache, node ids and claims, the
- *	  memcached client, statistics, synchronous replication, and the registry
- *	  of databases and their workers.  Includes no other subsystem's header.
+ *	  The door of src/common/: the foundation every subsystem stands on.  The
+ *	  catalog and privileges, the per-session object cache, the config word,
+ *	  the memcached client, statistics, wait points, and the registry of
+ *	  databases and their workers.  What exists because there is more than
+ *	  one server is src/topology/'s.  Includes no other subsystem's header.
  */
 #ifndef SHARDED_SEQ_COMMON_H
 #define SHARDED_SEQ_COMMON_H
@@ -31,14 +32,6 @@
 #define SHARDED_SEQ_MAX_NAME	(NAMEDATALEN - 1)
 #define SHARDED_SEQ_MAX_SHARDS	1024
 #define SHARDED_SEQ_MAX_BLOCK	100000000
-
-/*
- * Node ids (sharded_seq.node_id): node n > 0 hands out sequence values
- * n * 2^53 + local (local < 2^53) and writes counter rows n * 1024 + s.
- */
-#define SHARDED_SEQ_MAX_NODE	1023
-#define NODE_VALUE_BITS			53
-#define NODE_SHARDS				1024
 
 /* advisory lock class for lease rebuilds and counter flushes */
 #define SHARDED_SEQ_LOCK_CLASS	0x53534551	/* 'SSEQ' */
@@ -82,9 +75,8 @@ typedef enum ObjectKind
 } ObjectKind;
 
 
-/* settings of common (module.c defines them) */
+/* settings of common (module.c registers them) */
 extern int	SessionCacheSize;
-extern int	NodeIdSetting;
 
 /* catalog.c */
 extern uint64 ConfigEpoch;
@@ -117,21 +109,6 @@ extern CounterMode ParseCounterMode(const char *mode, int len);
 extern const char *StoredModeName(CounterMode mode);
 extern Oid	CurrentInstallation(void);
 extern uint64 InstallationToken(void);
-
-/* citus.c: a Citus cluster, administration carried to every node */
-extern int32 CitusGroup(void);
-extern void ClusterAdminRecord(FunctionCallInfo fcinfo, ObjectKind kind,
-							   const char *op);
-extern void ClusterRefuseOnWorker(const char *what);
-extern void ClusterCallOnGroup(int32 group, const char *call);
-extern int32 ClusterWorkerGroup(const char *name, int32 port);
-extern char *ClusterQueryGroup(int32 group, const char *command);
-extern bool ClusterPull(ObjectKind kind, const char *name);
-extern bool ClusterWritesReplicatedTable(void);
-extern void ClusterRoleRenamed(const char *oldname, const char *newname);
-
-/* peers.c: kept connections to the other nodes of a Citus cluster */
-extern int128 ClusterSumElsewhere(const char *query, const char *arg);
 
 /* privileges.c: running as the owner, ACLs */
 typedef struct OwnerContext
@@ -181,18 +158,6 @@ extern CacheEntry *CallSiteEntry(FunctionCallInfo fcinfo, ObjectCache *cache,
 extern void ForgetEntry(ObjectCache *cache, CacheEntry *entry);
 extern MemoryContext CacheEntryContext(void);
 
-/* cutover.c: a server stopped by a cutover (cutover_stops) */
-extern bool CutoverStopsStored(void);
-extern char *CutoverSystemText(void);
-extern bool CutoverRowFor(const char *system, XLogRecPtr *flushed);
-extern bool CutoverStopped(void);
-extern void CutoverNoteNotStopped(uint64 epoch);
-extern void CutoverStopCheck(void);
-extern void CutoverCounterCheck(void);
-extern void CutoverCheckPrivilege(const char *function);
-extern void CutoverRecordDone(Oid subid);
-extern void WaitForTransactionsInFlight(void);
-
 /* config_word.c: is a copy of configuration in shared memory current? */
 extern Size ConfigWordShmemSize(void);
 extern void ConfigWordShmemInit(void);
@@ -201,9 +166,9 @@ extern bool ConfigWordSettled(uint64 *word);
 extern void AcceptConfigChanges(void);
 extern void RolesChanging(void);
 extern bool ConfigWatched(Snapshot snapshot);
+extern void AnnounceConfigChange(const char *relname);
 
 /* catalog.c, continued */
-extern void AnnounceConfigChange(const char *relname);
 extern void ReportNotFound(ObjectKind kind, const char *name);
 extern SPIPlanPtr PreparePlan(SPIPlanPtr *cache, const char *sql, int nargs,
 							  Oid *argtypes);
@@ -282,10 +247,6 @@ extern TimestampTz StatsMcOldest(int32 counter_id);
 extern Size CountsShmemSize(void);
 extern void CountsShmemInit(void);
 
-
-
-
-
 /* registry.c: the databases with the extension, and their workers */
 #define REGISTRY_MAX_DBS	64
 #define REGISTRY_ERROR_LEN	256
@@ -337,51 +298,5 @@ extern void RegistryForwardNews(void);
 extern bool RegistryForwardsHere(void);
 extern bool RegistryFlushesMyMemcached(void);
 extern bool RegistryPrefetchNews(void);
-
-
-
-
-/* node.c: node ids for several primaries, and their claims */
-extern int32 SessionNodeId(void);
-extern bool NodeRanged(int32 node);
-extern int32 SessionNodeRanged(bool *ranged);
-
-extern void NodeIdForget(void);
-extern int32 NextObjectId(void);
-extern void AdvanceObjectIds(void);
-extern void NodeClaimCheck(void);
-extern int32 NodeShardBase(void);
-extern int64 SequenceNodeValue(int64 local, const char *seqname);
-extern int64 NodeLocalMax(void);
-extern int64 SequenceNodeLocal(int64 value, bool above, const char *seqname,
-							   const char *what);
-
-/* replication.c */
-extern void WaitForSyncStandbys(XLogRecPtr lsn, const char *seqname);
-extern bool SyncStandbysActive(void);
-extern bool ReservationConfirmedHere(void);
-extern uint32 SyncStampSlow(void);
-extern const volatile uint8 *SyncStatusByte;
-extern uint8 SyncNoneStatus;
-
-/*
- * The synchronous replication state a node cache block is confirmed under (0:
- * no synchronous standby in force).  Every node cache draw asks: the common
- * answer is one byte of shared memory.
- */
-static inline bool
-SyncStandbysNone(void)
-{
-	/* false until SyncStampSlow has run once: then it is known */
-	return SyncStatusByte != NULL && *SyncStatusByte == SyncNoneStatus;
-}
-
-static inline uint32
-SyncStamp(void)
-{
-	if (likely(SyncStandbysNone()))
-		return 0;
-	return SyncStampSlow();
-}
 
 #endif							/* SHARDED_SEQ_COMMON_H */

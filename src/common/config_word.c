@@ -3,7 +3,7 @@
  *	  The config word: shared memory that tells a session whether a copy of
  *	  configuration kept in shared memory (the sequence directory,
  *	  sequence/directory.c; the reads a reservation keeps, sequence/shards.c
- *	  and node_cache.c) is still what the tables hold, and whether a draw
+ *	  and node_reserve.c) is still what the tables hold, and whether a draw
  *	  has any invalidation to take in (AcceptConfigChanges, with the roles
  *	  count beside the word).
  *
@@ -102,6 +102,17 @@ static uint64 BusyAt = 0;
 static LocalTransactionId BusyIn = InvalidLocalTransactionId;
 
 /*
+ * Tell every backend, at commit, that a config row changed; and every
+ * session to come, through the config word, from now on.
+ */
+void
+AnnounceConfigChange(const char *relname)
+{
+	ConfigChanging();
+	CacheInvalidateRelcacheByRelid(ConfigRelid(relname));
+}
+
+/*
  * This transaction may change configuration: every copy made before is
  * stale, and none is trusted or made until it ends.  Call it before the
  * change can be seen.  The lock is taken at every call (held already, it
@@ -175,16 +186,19 @@ ConfigWordSettled(uint64 *word)
 /*
  * Take in the invalidations that other sessions committed, before a draw:
  * AcceptInvalidationMessages, skipped while nothing it could bring has
- * changed since this transaction last took them in.  For configuration,
- * that is while the word is settled at the count seen then (every committed
+ * changed since this session last took them in.  For configuration, that
+ * is while the word is settled at the count seen then (every committed
  * change moved the count, and sent its invalidations before letting go of
  * the config lock).  For privileges, while the roles count has not moved
  * (RolesChanging).  Other catalog changes arrive as PostgreSQL takes them
- * in: at the next transaction, or the next lock.
+ * in: at the next transaction, or the next lock.  So the answer holds
+ * across transactions: a new one's first draw takes in nothing the word
+ * did not count (a transaction takes in what came before it at its start).
+ * A transaction that marked the word takes them in at every draw.
  */
 static uint64 AcceptedAt = 0;
 static uint64 AcceptedRoles = 0;
-static LocalTransactionId AcceptedIn = InvalidLocalTransactionId;
+static bool AcceptedSettled = false;
 
 static pg_noinline void
 AcceptConfigChangesNow(void)
@@ -197,16 +211,14 @@ AcceptConfigChangesNow(void)
 	AcceptInvalidationMessages();
 	AcceptedAt = word;
 	AcceptedRoles = roles;
-	AcceptedIn = settled ? MyLocalTransactionId() : InvalidLocalTransactionId;
+	AcceptedSettled = settled;
 }
 
 void
 AcceptConfigChanges(void)
 {
-	LocalTransactionId lxid = MyLocalTransactionId();
-
-	/* settled when taken in, in this transaction, which has marked nothing since */
-	if (AcceptedIn == lxid && lxid != InvalidLocalTransactionId && Marked != lxid &&
+	/* settled when taken in, and this transaction has marked nothing */
+	if (AcceptedSettled && Marked != MyLocalTransactionId() &&
 		pg_atomic_read_u64(Word) == AcceptedAt &&
 		pg_atomic_read_u64(RolesWord) == AcceptedRoles)
 		return;

@@ -10,7 +10,7 @@
  * Shards are tried with heap_update(wait = false), which reports a shard
  * another transaction holds instead of waiting for it.  When every shard is
  * held, an adaptive counter gets a new row; a pinned one waits.  With node
- * ids (common/node.c), each node writes only its own rows, numbered from its
+ * ids (topology/node.c), each node writes only its own rows, numbered from its
  * NodeShardBase().
  */
 #include "postgres.h"

@@ -10,6 +10,7 @@
 
 #include "counter/counter.h"
 #include "access/tableam.h"
+#include "topology/topology.h"
 #include "common/hashfn.h"
 
 /*

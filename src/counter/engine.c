@@ -827,16 +827,8 @@ counter_incr(PG_FUNCTION_ARGS)
 
 	entry = LookupCounter(fcinfo, true);
 	CheckCounterPrivilege(entry, ACL_UPDATE);
-	if (ClusterWritesReplicatedTable())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("counter_incr in a write to a Citus reference table would count once per node"),
-				 errdetail("Citus writes each row of a reference table (or of a table with several placements per shard) on every node that holds a copy, and a row trigger fires on each."),
-				 errhint("Count in a trigger on a distributed table, or call counter_incr in the statement or function that writes the reference table.")));
-	/* its commit writes this node's rows: refuse now if they are not ours */
-	NodeClaimCheck();
-	/* a cutover stopped this server, or one is awaited here */
-	CutoverCounterCheck();
+	/* more than one server: may this commit write this node's rows? */
+	TopologyBeforeIncrement();
 	total = VisibleTotal(entry, delta, false, &refs, &nrefs);
 	AddPending(entry, delta, refs, nrefs);
 	PG_RETURN_INT64(total);
@@ -856,8 +848,6 @@ counter_value(PG_FUNCTION_ARGS)
 
 	CheckCounterPrivilege(entry, ACL_SELECT);
 	total = VisibleTotal(entry, 0, true, NULL, NULL);
-	if (CitusGroup() < 0)
-		PG_RETURN_INT64((int64) total);
 	total += ClusterSumElsewhere("SELECT sharded_seq.counter_node_value($1)", entry->cache.name);
 	if (total > PG_INT64_MAX || total < PG_INT64_MIN)
 		ereport(ERROR,

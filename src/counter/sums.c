@@ -7,7 +7,7 @@
  *	  through kept.c), by the rule at the top of layout.c.  Nothing here
  *	  writes.
  *
- * With node ids (common/node.c), a total is the sum over every node's rows,
+ * With node ids (topology/node.c), a total is the sum over every node's rows,
  * and nothing is remembered or kept (NodeRowsAlone).
  */
 #include "postgres.h"

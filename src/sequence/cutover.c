@@ -10,7 +10,7 @@
  * hand out again what the publisher handed out.  A row written by the apply
  * worker is therefore marked positions_unknown and refused.  cutover()
  * connects to the publisher with the subscription's connection, stops it
- * (common/cutover.c), has it wait for transactions in flight, flush
+ * (topology/cutover.c), has it wait for transactions in flight, flush
  * write-behind amounts and report each sequence's reserved high water, waits
  * until the subscription has applied that, and then advances every sequence
  * above the old primary's high water as advance_sequence does, clearing the

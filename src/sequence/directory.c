@@ -14,7 +14,7 @@
  * written by hand or by replication is in place and no cutover stopped this
  * server; it is trusted while the word has not moved.  A trusted copy is
  * never the last word on a block: every reservation reads the tables again
- * under the sequence's draw lock (engine.c CarveBlock, node_cache.c), as
+ * under the sequence's draw lock (engine.c CarveBlock, node_reserve.c), as
  * before.
  *
  * Lock: the directory's LWLock, shared to read, exclusive to make a copy;

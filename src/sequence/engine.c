@@ -10,9 +10,9 @@
  * WAL-logged and never rolled back.  The WAL that covers the reservation is
  * flushed before any value of the block is returned, so no crash can hand a
  * value out twice; with synchronous standbys, they confirm it first as well
- * (common/replication.c), so no failover to one of them can either.
+ * (topology/replication.c), so no failover to one of them can either.
  *
- * Everything here counts in local positions.  On node n > 0 (common/node.c) the
+ * Everything here counts in local positions.  On node n > 0 (topology/node.c) the
  * value handed out is n * 2^53 + local; the session's node is fixed, so
  * local order is value order, and currval and the floor below which a lease
  * must not take a session (S2) stay local.
@@ -495,93 +495,6 @@ LookupSequence(FunctionCallInfo fcinfo)
 }
 
 /*
- * A transaction that made a new generation and draws from it may still roll
- * back, and the older generation then comes back into force with the new
- * one's shards gone.  Before any value up to last is handed out, advance the
- * older generations' shards (non-transactionally, like nextval) so that
- * whatever comes back starts above last.  Generations made by this
- * transaction are advanced too, down to and including the newest one made
- * by a committed transaction.  This transaction holds the sequence's draw
- * lock exclusively (it made the generation), so nobody draws meanwhile.
- */
-static void
-ProtectOlderGenerations(SeqEntry *entry, int64 last)
-{
-	static SPIPlanPtr list_plan = NULL;
-	static SPIPlanPtr set_plan = NULL;
-	Oid			list_types[2] = {INT4OID, INT4OID};
-	Oid			set_types[2] = {OIDOID, INT8OID};
-	Datum		list_args[2] = {Int32GetDatum(entry->id), Int32GetDatum(entry->generation)};
-	OwnerContext ctx;
-	SPITupleTable *rows;
-	uint64		n;
-	int32		stop_below = PG_INT32_MIN;
-
-	/* schema 1.0 keeps no layouts: ALTER EXTENSION sharded_seq UPDATE adds them */
-	if (!ShardLayoutsStored())
-		return;
-	BeginAsOwner(&ctx);
-	PreparePlan(&list_plan,
-				"SELECT s.generation, s.shard, s.relid::pg_catalog.oid, s.gen_base, s.gen_shards,"
-				"       s.gen_block, s.xmin"
-				"  FROM sharded_seq.sequence_shards s"
-				" WHERE s.seq_id OPERATOR(pg_catalog.=) $1 AND s.generation OPERATOR(pg_catalog.<) $2"
-				" ORDER BY s.generation DESC",
-				2, list_types);
-	PreparePlan(&set_plan,
-				"SELECT pg_catalog.setval($1::pg_catalog.regclass, $2, true)"
-				" WHERE COALESCE(pg_catalog.pg_sequence_last_value($1::pg_catalog.regclass), -1)"
-				"       OPERATOR(pg_catalog.<) $2",
-				2, set_types);
-	if (SPI_execute_plan(list_plan, list_args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list the generations of sharded sequence \"%s\"", entry->cache.name);
-	rows = SPI_tuptable;
-	n = SPI_processed;
-	for (uint64 i = 0; i < n; i++)
-	{
-		HeapTuple	tup = rows->vals[i];
-		TupleDesc	desc = rows->tupdesc;
-		bool		isnull;
-		bool		no_layout = false;
-		int32		generation = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
-		int32		shard = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		Oid			relid = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
-		int64		base = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
-		int32		shards;
-		int32		block;
-		TransactionId xmin;
-		int128		first_index;
-		int128		k_min;
-
-		no_layout |= isnull;
-		shards = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-		no_layout |= isnull;
-		block = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
-		no_layout |= isnull;
-		xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 7, &isnull));
-
-		if (generation < stop_below)
-			break;
-		if (!TransactionIdIsCurrentTransactionId(xmin))
-			stop_below = generation;	/* committed: the last one that can come back */
-		if (no_layout || shards < 1 || block < 1 || last < base)
-			continue;
-		/* first block index whose start lies above last, then this shard's k */
-		first_index = ((int128) last - base) / block + 1;
-		k_min = first_index <= shard ? 0 : (first_index - shard + shards - 1) / shards;
-		if (k_min > 0 && k_min <= PG_INT64_MAX)
-		{
-			Datum		set_args[2] = {ObjectIdGetDatum(relid), Int64GetDatum((int64) (k_min - 1))};
-
-			if (SPI_execute_plan(set_plan, set_args, NULL, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "could not advance shard %u of sharded sequence \"%s\"",
-					 relid, entry->cache.name);
-		}
-	}
-	EndAsOwner(&ctx);
-}
-
-/*
  * Are this sequence's blocks reserved in the node cache's order (see the
  * top of this file)?  A generation this transaction made is drawn by this
  * session alone, from its own shard, until it commits.
@@ -606,8 +519,7 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 	Oid			config_relid = ConfigRelid("sequence_config");
 	int32		locked_id;
 	volatile int64 k = 0;
-	bool		overflow;
-	XLogRecPtr	lsn;
+	CarveSpec	spec;
 	volatile int32 shard = entry->shard;
 	volatile Oid shard_relid = entry->shard_relid;
 	int32		ordered_id = entry->id;
@@ -656,31 +568,15 @@ CarveBlock(SeqEntry *entry, int64 *first, int64 *last)
 	}
 	PG_END_TRY();
 
-	*first = BlockStart(entry->base, k, entry->shards, shard, entry->block, &overflow);
-	if (overflow)
-		ereport(ERROR,
-				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
-				 errmsg("sharded sequence \"%s\" has reached its maximum value", entry->cache.name),
-				 errdetail("Values never wrap around past %lld.", (long long) PG_INT64_MAX),
-				 errhint("Move to a new sequence, or lower block and shards with sharded_seq.alter_sequence() if the remaining range is being skipped.")));
-	if (pg_add_s64_overflow(*first, (int64) entry->block - 1, last))
-		*last = PG_INT64_MAX;
-
-	if (entry->gen_uncommitted)
-	{
-		ProtectOlderGenerations(entry, *last);
-		lsn = XactLastRecEnd;
-		XLogFlush(lsn);
-	}
-	else
-		lsn = FlushShardReservation(shard_relid);
-
-	/*
-	 * A promoted standby must know the block too.  An error here leaves the
-	 * block unused: the callers install or publish it only after we return.
-	 */
-	WaitForSyncStandbys(lsn, entry->cache.name);
-	StatsNoteReserved(entry->id, *last - *first + 1);
+	spec.id = entry->id;
+	spec.name = entry->cache.name;
+	spec.base = entry->base;
+	spec.shards = entry->shards;
+	spec.block = entry->block;
+	spec.generation = entry->generation;
+	spec.own_generation = entry->gen_uncommitted;
+	spec.quiet_end = false;
+	(void) CarveFinish(&spec, k, shard, shard_relid, first, last);
 }
 
 static void
@@ -947,9 +843,7 @@ Datum
 sharded_nextval(PG_FUNCTION_ARGS)
 {
 	SeqEntry   *entry;
-	int32		node;
-	bool		ranged;
-	uint64		epoch;
+	DrawPlace	place;
 	int64		local;
 	int64		value;
 
@@ -960,19 +854,20 @@ sharded_nextval(PG_FUNCTION_ARGS)
 		PreventCommandIfParallelMode("sharded_nextval()");
 
 	entry = LookupSequence(fcinfo);
-	/* a cutover: this server was stopped, or it has not seen the reservations */
+	/* a cutover: this server has not seen the reservations */
 	if (entry->positions_unknown)
 		PositionsUnknownError(entry->cache.name);
-	CutoverStopCheck();
-	node = SessionNodeRanged(&ranged);
-	if (node != 0)
-		NodeClaimCheck();
-	epoch = ConfigEpoch;
+	/* more than one server: may this session draw, and on which node? */
+	TopologyBeforeDraw(&place);
 	if (!BlockCurrent(entry))
 	{
 		entry->have_block = false;
 		if (UsesNodeCache(entry) && DrawFromNode(entry, &local))
-			goto hand_out;
+		{
+			/* a node cache value: one outside the node's range is refused, and a gap */
+			value = DrawPlaceValue(&place, local, entry->cache.name);
+			goto done;
+		}
 		/* a generation this transaction made is never published in memcached */
 		if (!entry->memcached || entry->gen_uncommitted)
 			DrawBlock(entry);
@@ -994,25 +889,14 @@ sharded_nextval(PG_FUNCTION_ARGS)
 			DrawBlock(entry);
 	}
 
-	/* a reservation saw invalidations: perhaps this node just joined Citus */
-	if (ConfigEpoch != epoch)
-		ranged = NodeRanged(node);
-
 	/* the node's value first: one outside its range is refused, not used up */
 	local = entry->next;
-	value = !ranged ? local : SequenceNodeValue(local, entry->cache.name);
+	value = DrawPlaceValue(&place, local, entry->cache.name);
 	if (local == entry->block_end)
 		entry->have_block = false;
 	else
 		entry->next++;
 	entry->uncounted++;
-	goto done;
-
-hand_out:
-	if (ConfigEpoch != epoch)
-		ranged = NodeRanged(node);
-	/* a node cache value: one outside the node's range is refused, and a gap */
-	value = !ranged ? local : SequenceNodeValue(local, entry->cache.name);
 
 done:
 	entry->last = local;

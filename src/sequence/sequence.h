@@ -21,7 +21,7 @@ extern int	NodeCacheFirstBlock;
 /* admin.c: drop the native sequences of retired generations (maintain()) */
 extern int	ReapShards(void);
 
-/* node_cache.c: the node-wide cache's shared memory, and the worker's prefetch */
+/* node_cache.c: the node-wide cache's shared memory; node_reserve.c: the worker's prefetch */
 extern Size NodeCacheShmemSize(void);
 extern void NodeCacheShmemInit(void);
 extern void NodeCachePrefetch(void);

@@ -6,6 +6,7 @@
 #define SHARDED_SEQ_SEQUENCE_INTERNAL_H
 
 #include "sequence/sequence.h"
+#include "topology/topology.h"
 
 /*
  * shards.c (the bottom): where blocks of a generation start, how far its
@@ -16,6 +17,22 @@ extern int64 GenerationHighWater(int32 seq_id, int32 generation, int64 base,
 extern int64 BlockStart(int64 base, int64 k, int32 shards, int32 shard,
 						int32 block, bool *overflow);
 extern XLogRecPtr FlushShardReservation(Oid relid);
+
+/* what a carve needs of its sequence (CarveFinish) */
+typedef struct CarveSpec
+{
+	int32		id;
+	const char *name;
+	int64		base;
+	int32		shards;
+	int32		block;
+	int32		generation;
+	bool		own_generation; /* this transaction made it: may roll back */
+	bool		quiet_end;		/* a prefetch: past the range's end, no error */
+} CarveSpec;
+
+extern bool CarveFinish(const CarveSpec *spec, int64 k, int32 shard, Oid shard_relid,
+						int64 *first, int64 *last);
 extern Oid	LowestNextShard(int32 seq_id, int32 generation, int32 shards, int32 *shard);
 extern bool SequenceIdReadable(int32 seq_id);
 
@@ -29,7 +46,7 @@ extern int64 DropSequenceHighWater(const char *name, bool drop);
 
 /*
  * shards.c: where the configuration lives, for reading it straight from the
- * tables (engine.c, node_cache.c): no SQL is planned on the draw path.
+ * tables (engine.c, node_reserve.c): no SQL is planned on the draw path.
  */
 typedef struct ConfigPlaces
 {
@@ -59,7 +76,7 @@ typedef struct ConfigPlaces
 extern ConfigPlaces *SequenceConfigPlaces(Relation config, Relation shards);
 extern bool TextColumnIs(HeapTuple tup, AttrNumber attno, TupleDesc desc, const char *value);
 
-/* node_cache.c: the node-wide cache (engine.c draws through it) */
+/* node_cache.c, node_draw.c, node_reserve.c: the node-wide cache (engine.c draws through it) */
 typedef struct NodeEntry NodeEntry;
 
 typedef struct NodeRef
@@ -72,7 +89,7 @@ typedef struct NodeRef
 	uint64		after;			/* the state our last add left */
 	uint32		lone;			/* adds in a row, in this transaction, that found it there */
 	LocalTransactionId lone_in;	/* the transaction lone counts in */
-	uint32		run;			/* the run slot it last took (node_cache.c) */
+	uint32		run;			/* the run slot it last took (node_draw.c) */
 } NodeRef;
 
 typedef enum NodeDrawResult

@@ -3,9 +3,10 @@
  *	  Where a sequence's configuration and shards are, and how far they got:
  *	  where a block starts, the catalog places the draw path reads directly,
  *	  a generation's high water, the shard whose next block comes first,
- *	  making a reservation durable, and who may see a sequence's positions.
+ *	  the end of every carve of a block (CarveFinish: its bounds, made
+ *	  durable), and who may see a sequence's positions.
  *
- * The bottom of src/sequence: admin.c, node_cache.c, engine.c and the rest
+ * The bottom of src/sequence: admin.c, the node cache's files, engine.c and the rest
  * call it, and it calls none of them.
  */
 #include "postgres.h"
@@ -151,6 +152,139 @@ FlushShardReservation(Oid relid)
 	relation_close(rel, NoLock);
 	XLogFlush(lsn);
 	return lsn;
+}
+
+/*
+ * A transaction that made a new generation and draws from it may still roll
+ * back, and the older generation then comes back into force with the new
+ * one's shards gone.  Before any value up to last is handed out, advance the
+ * older generations' shards (non-transactionally, like nextval) so that
+ * whatever comes back starts above last.  Generations made by this
+ * transaction are advanced too, down to and including the newest one made
+ * by a committed transaction.  This transaction holds the sequence's draw
+ * lock exclusively (it made the generation), so nobody draws meanwhile.
+ */
+static void
+ProtectOlderGenerations(int32 id, int32 newest, const char *name, int64 last)
+{
+	static SPIPlanPtr list_plan = NULL;
+	static SPIPlanPtr set_plan = NULL;
+	Oid			list_types[2] = {INT4OID, INT4OID};
+	Oid			set_types[2] = {OIDOID, INT8OID};
+	Datum		list_args[2] = {Int32GetDatum(id), Int32GetDatum(newest)};
+	OwnerContext ctx;
+	SPITupleTable *rows;
+	uint64		n;
+	int32		stop_below = PG_INT32_MIN;
+
+	/* schema 1.0 keeps no layouts: ALTER EXTENSION sharded_seq UPDATE adds them */
+	if (!ShardLayoutsStored())
+		return;
+	BeginAsOwner(&ctx);
+	PreparePlan(&list_plan,
+				"SELECT s.generation, s.shard, s.relid::pg_catalog.oid, s.gen_base, s.gen_shards,"
+				"       s.gen_block, s.xmin"
+				"  FROM sharded_seq.sequence_shards s"
+				" WHERE s.seq_id OPERATOR(pg_catalog.=) $1 AND s.generation OPERATOR(pg_catalog.<) $2"
+				" ORDER BY s.generation DESC",
+				2, list_types);
+	PreparePlan(&set_plan,
+				"SELECT pg_catalog.setval($1::pg_catalog.regclass, $2, true)"
+				" WHERE COALESCE(pg_catalog.pg_sequence_last_value($1::pg_catalog.regclass), -1)"
+				"       OPERATOR(pg_catalog.<) $2",
+				2, set_types);
+	if (SPI_execute_plan(list_plan, list_args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list the generations of sharded sequence \"%s\"", name);
+	rows = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tup = rows->vals[i];
+		TupleDesc	desc = rows->tupdesc;
+		bool		isnull;
+		bool		no_layout = false;
+		int32		generation = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		int32		shard = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		Oid			relid = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+		int64		base = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+		int32		shards;
+		int32		block;
+		TransactionId xmin;
+		int128		first_index;
+		int128		k_min;
+
+		no_layout |= isnull;
+		shards = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		no_layout |= isnull;
+		block = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+		no_layout |= isnull;
+		xmin = DatumGetTransactionId(SPI_getbinval(tup, desc, 7, &isnull));
+
+		if (generation < stop_below)
+			break;
+		if (!TransactionIdIsCurrentTransactionId(xmin))
+			stop_below = generation;	/* committed: the last one that can come back */
+		if (no_layout || shards < 1 || block < 1 || last < base)
+			continue;
+		/* first block index whose start lies above last, then this shard's k */
+		first_index = ((int128) last - base) / block + 1;
+		k_min = first_index <= shard ? 0 : (first_index - shard + shards - 1) / shards;
+		if (k_min > 0 && k_min <= PG_INT64_MAX)
+		{
+			Datum		set_args[2] = {ObjectIdGetDatum(relid), Int64GetDatum((int64) (k_min - 1))};
+
+			if (SPI_execute_plan(set_plan, set_args, NULL, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "could not advance shard %u of sharded sequence \"%s\"",
+					 relid, name);
+		}
+	}
+	EndAsOwner(&ctx);
+}
+
+/*
+ * The end of every carve of a block, a session's (engine.c CarveBlock) and
+ * the node cache's (node_reserve.c CarveNodeBlock): nextval k of the shard
+ * (shard_relid, shard), taken under the sequence's draw lock, is the block
+ * *first .. *last (an error past bigint's end).  It is made durable (the
+ * shard's WAL flushed; for a generation this transaction made, older
+ * generations protected first, and everything this transaction wrote), confirmed by the synchronous standbys in force, and
+ * counted as reserved.  An error leaves the block unused: the callers install
+ * or publish it only after this returns.  Past the range's end it raises
+ * 2200H, or for a prefetch (quiet_end) returns false: the draw that needs the
+ * block raises it, once the values before it are out.
+ */
+bool
+CarveFinish(const CarveSpec *spec, int64 k, int32 shard, Oid shard_relid,
+			int64 *first, int64 *last)
+{
+	bool		overflow;
+	XLogRecPtr	lsn;
+
+	*first = BlockStart(spec->base, k, spec->shards, shard, spec->block, &overflow);
+	if (overflow && spec->quiet_end)
+		return false;
+	if (overflow)
+		ereport(ERROR,
+				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
+				 errmsg("sharded sequence \"%s\" has reached its maximum value", spec->name),
+				 errdetail("Values never wrap around past %lld.", (long long) PG_INT64_MAX),
+				 errhint("Move to a new sequence, or lower block and shards with sharded_seq.alter_sequence() if the remaining range is being skipped.")));
+	if (pg_add_s64_overflow(*first, (int64) spec->block - 1, last))
+		*last = PG_INT64_MAX;
+
+	if (spec->own_generation)
+	{
+		ProtectOlderGenerations(spec->id, spec->generation, spec->name, *last);
+		lsn = XactLastRecEnd;
+		XLogFlush(lsn);
+	}
+	else
+		lsn = FlushShardReservation(shard_relid);
+
+	/* a promoted standby must know the block too */
+	WaitForSyncStandbys(lsn, spec->name);
+	StatsNoteReserved(spec->id, *last - *first + 1);
+	return true;
 }
 
 /*
@@ -304,7 +438,7 @@ ReadShardList(int32 seq_id, int32 generation, int32 shards)
  * that reserved none).  Its next block lies above every block of the
  * generation that was the first in line when it was taken, so a node that
  * always takes this one hands out increasing blocks, consecutive ones when
- * it alone draws (node_cache.c).  Call under the draw lock and the node
+ * it alone draws (node_reserve.c).  Call under the draw lock and the node
  * cache's reservation lock: no shard moves meanwhile, and no layout change
  * retires the generation.  Reads the shards' pages directly: no SQL; the
  * list of shards is read again only when the config word moved.

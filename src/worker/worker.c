@@ -371,7 +371,7 @@ ForwardRound(void)
 
 /*
  * Node cache entries of this database asked for their next block: reserve
- * them (sequence/node_cache.c), each without waiting for any lock.
+ * them (sequence/node_reserve.c), each without waiting for any lock.
  */
 static void
 PrefetchRound(void)

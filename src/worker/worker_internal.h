@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include "worker/worker.h"
+#include "topology/topology.h"
 
 #define RESTART_DELAY_MS	1000	/* the launcher's poll, and a worker's restart pause */
 

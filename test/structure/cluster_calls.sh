@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every administrative function reaches every node of a Citus cluster
 # through one place: each of its returns is preceded by ClusterAdminRecord
-# (src/common/citus.c), and ClusterAdminRecord is called nowhere else.  A new
+# (src/topology/citus.c), and ClusterAdminRecord is called nowhere else.  A new
 # administrative function, or a new return in one, that skips it would
 # change one node only.
 #

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The layering of src/ (scripts/layers.py): lower subsystems never include a
-# higher one's header, a folder is entered only through its door, and no
-# include cycle exists; and the built objects call only their own folder or
-# a lower layer.  The checker first proves on small trees that it
-# catches each kind of violation.
+# The layering of src/ (scripts/layers.py), common < topology < sequence,
+# counter < worker < module.c: lower subsystems never include a higher one's
+# header, a folder is entered only through its door, and no include cycle
+# exists; and the built objects call only their own folder or a lower layer,
+# with no circle of calls between files.  The checker first proves on small
+# trees (and on small objects it compiles) that it catches each kind of
+# violation.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 scripts/layers.py --self-test

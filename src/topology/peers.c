@@ -32,7 +32,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "common/common.h"
+#include "topology/topology.h"
 
 typedef struct Peer
 {
@@ -260,13 +260,25 @@ WaitForResult(PGconn *conn)
 	}
 }
 
+static int128 SumElsewhere(const char *query, const char *arg);
+
 /*
  * The sum of what query (one bigint, $1 = arg) returns on every other active
  * primary node of the cluster, asked at once, over this backend's kept
- * connections; an error if a node does not answer.
+ * connections; an error if a node does not answer.  0 outside a Citus
+ * cluster.
  */
 int128
 ClusterSumElsewhere(const char *query, const char *arg)
+{
+	/* a single server: nobody else holds a part */
+	if (CitusGroup() < 0)
+		return 0;
+	return SumElsewhere(query, arg);
+}
+
+static int128
+SumElsewhere(const char *query, const char *arg)
 {
 	int			n;
 	PeerNode   *nodes = OtherNodes(CitusGroup(), &n);

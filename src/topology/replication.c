@@ -22,7 +22,7 @@
 #include "common/hashfn.h"
 #include "utils/guc.h"
 
-#include "common/common.h"
+#include "topology/topology.h"
 
 /*
  * The level a wait for a non-commit record uses: SyncRepWaitForLSN caps it

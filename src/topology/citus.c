@@ -53,7 +53,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "common/common.h"
+#include "topology/topology.h"
 
 /* cluster_calls' columns, as the trigger reads them */
 #define Anum_call_kind		1

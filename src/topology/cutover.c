@@ -41,7 +41,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "common/common.h"
+#include "topology/topology.h"
 
 static uint64 NotStoppedEpoch = 0;	/* ConfigEpoch when found not stopped */
 static uint64 NotAwaitingEpoch = 0; /* ConfigEpoch when no cutover awaited */

@@ -49,7 +49,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "common/common.h"
+#include "topology/topology.h"
 
 /* node_claims' columns */
 #define Anum_claim_node_id		1
@@ -59,6 +59,9 @@
 
 int			NodeIdSetting = 0;
 static int	SessionNode = -1;	/* fixed at first use; -1 before */
+
+/* TopologyBeforeDraw's answer on node 0 (topology.h), dropped with the node id */
+DrawMemoData DrawMemo = {0, false};
 
 static bool ClaimVerified = false;	/* our claim, committed, was seen ... */
 static uint64 ClaimEpoch = 0;	/* ... under this ConfigEpoch */
@@ -201,6 +204,7 @@ NodeIdForget(void)
 {
 	SessionNode = -1;
 	SessionNodeMemo.lxid = InvalidLocalTransactionId;
+	DrawMemo.epoch = 0;
 	ClaimVerified = false;
 }
 
