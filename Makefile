@@ -80,8 +80,14 @@ ifeq ($(MEMCACHED_BUILD),on)
 PG_CPPFLAGS += -DSHARDED_SEQ_MEMCACHED
 SHLIB_LINK += -lmemcached
 else
-# installcheck leaves out the pg_regress files that make memcached objects
-REGRESS := $(filter-out $(patsubst sql/%.sql,%,$(shell grep -l "'memcached'" sql/*.sql 2>/dev/null)),$(REGRESS))
+# installcheck leaves out the tests that make memcached objects or start a
+# memcached: one list of files, for pg_regress, isolation and TAP
+MEMCACHED_TESTS := $(shell grep -l "'memcached'\|Memcached" sql/*.sql specs/*.spec t/*.pl 2>/dev/null)
+REGRESS := $(filter-out $(patsubst sql/%.sql,%,$(filter sql/%,$(MEMCACHED_TESTS))),$(REGRESS))
+ISOLATION := $(filter-out $(patsubst specs/%.spec,%,$(filter specs/%,$(MEMCACHED_TESTS))),$(ISOLATION))
+ifdef TAP_TESTS
+PROVE_TESTS = $(filter-out $(MEMCACHED_TESTS),$(sort $(wildcard t/*.pl)))
+endif
 endif
 # make -n changes nothing, the stamp included
 ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)

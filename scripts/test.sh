@@ -51,7 +51,7 @@ wait_for() {
 if [ -z "${SSQ_TEST_CLUSTER:-}" ]; then
     # t/citus.pl needs Citus, built from ../shared/citus once and cached
     # (PostgreSQL 15 only; without the sources it says so and the test skips)
-    if ! WERROR=1 WAIT_POINTS=1 scripts/setup.sh || ! scripts/citus.sh; then
+    if ! WERROR=1 WAIT_POINTS=1 MEMCACHED=1 scripts/setup.sh || ! scripts/citus.sh; then
         echo "build failed"
         echo "0 passed, 1 failed"
         exit 1
@@ -163,7 +163,7 @@ done
 if [ ${#regress[@]} -gt 0 ]; then
     echo "==> pg_regress"
     run_test make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
-        WAIT_POINTS=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress.log" 2>&1
+        WAIT_POINTS=1 MEMCACHED=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress.log" 2>&1
     regress_results regress "$WORK/regress.log" results "${regress[@]}"
 fi
 
@@ -178,7 +178,7 @@ if [ ${#iso[@]} -gt 0 ]; then
     echo "==> isolation"
     rm -rf output_iso
     run_test make -s installcheck PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" \
-        WAIT_POINTS=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation.log" 2>&1
+        WAIT_POINTS=1 MEMCACHED=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation.log" 2>&1
     regress_results isolation "$WORK/isolation.log" output_iso/results "${iso[@]}"
 fi
 
