@@ -33,6 +33,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 - <<'PY'
 import glob, os, re, subprocess, sys, tempfile
+sys.path.insert(0, 'scripts')
+from layers import stale_objects
 
 WRITER_FILE = 'src/counter/rows.c'
 
@@ -314,23 +316,9 @@ SELF_TESTS = {
         'void F(int r) { elog(ERROR, "unexpected heap_update status %d", r); }')),
 }
 
-def objects_fresh(root):
-    """Failures if an object of src/ is missing or older than its .c or a header."""
-    cs = sorted(glob.glob(os.path.join(root, 'src/**/*.c'), recursive=True))
-    hs = glob.glob(os.path.join(root, 'src/**/*.h'), recursive=True)
-    newest_h = max((os.path.getmtime(h) for h in hs), default=0)
-    bad = []
-    for c in cs:
-        o = c[:-2] + '.o'
-        if not os.path.exists(o):
-            bad.append(f"{os.path.relpath(o, root)} is missing: run make first")
-        elif os.path.getmtime(o) < max(os.path.getmtime(c), newest_h):
-            bad.append(f"{os.path.relpath(o, root)} is older than its .c or a header: run make first")
-    return bad
-
 def check_objects(root):
     """Only the writer's object references a heap write function (nm -u)."""
-    bad = objects_fresh(root)
+    bad = stale_objects(os.path.join(root, 'src'))
     if bad:
         return bad
     writer = WRITER_FILE[:-2] + '.o'
