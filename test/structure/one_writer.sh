@@ -162,13 +162,16 @@ def name_uses(path, st):
     read nor listed: what a write could be built from."""
     if not TABLE.search(sql_text(st)):
         return []
-    if READ.search(sql_text(st)) and not writes_shards(st):
-        return []
     rest = st
     for (f, pattern), _ in NAME_ALLOWED.items():
         if f == path:
             rest = re.sub(pattern, ' ', rest)
-    return [sql_text(rest)] if TABLE.search(sql_text(rest)) else []
+    # each run of adjacent literals: a whole read (SELECT or WITH ... FROM
+    # counter_shards) in a statement with no write verb, or a use listed
+    runs = re.findall(r'"((?:[^"\\\n]|\\.)*)"', re.sub(r'"\s*\n?\s*"', '', rest))
+    reading = not VERB.search(LOCKING.sub(' ', sql_text(rest)))
+    return [r for r in runs if TABLE.search(r) and
+            not (reading and READ.search(r) and re.match(r'\s*\(?\s*(SELECT|WITH)\b', r, re.I))]
 
 def check(root):
     bad, writers, sql_writes = [], [], 0
@@ -308,6 +311,9 @@ SELF_TESTS = {
         'void F(Relation r) { CopyFromState cs = BeginCopyFrom(NULL, r, NULL, "/tmp/rows", false, NULL, NIL, NIL); (void) CopyFrom(cs); }')),
     'a heap write in an #included file of another extension': (False, {**case('#include "rows.inc"\n'),
         'src/counter/rows.inc': 'static void G(Relation r, HeapTuple t) { simple_heap_insert(r, t); }\n'}),
+    'a read\'s tail kept apart from its verb': (False, case(
+        'void F(void) { const char *v = "DELETE "; const char *t = "FROM sharded_seq.counter_shards";'
+        ' SPI_execute(psprintf("%s%s", v, t), false, 0); }')),
     'a read of the table in a plan (allowed)': (True, case(
         'void F(void) { static SPIPlanPtr r = NULL;'
         ' PreparePlan(&r, "SELECT sum(value) FROM sharded_seq."\n "counter_shards WHERE counter_id = $1", 1, NULL);'
