@@ -63,11 +63,16 @@ PG_CONFIG ?= pg_config
 # unset or empty); make MEMCACHED=1 insists on it (and stops without it),
 # make MEMCACHED=0 builds without it.  .memcached records which kind
 # memcache.o is, so that it is rebuilt when a make asks for the other.
+# MEMCACHED=0, no, off or false is off; 1, yes, on or true insists.
+MEMCACHED_ASKED := $(strip $(MEMCACHED))
+ifneq ($(filter-out 0 no off false 1 yes on true,$(MEMCACHED_ASKED)),)
+$(error MEMCACHED=$(MEMCACHED): say 1 (yes, on, true) or 0 (no, off, false), or leave it unset to detect libmemcached)
+endif
 MEMCACHED_BUILD := off
-ifneq ($(strip $(MEMCACHED)),0)
+ifeq ($(filter 0 no off false,$(MEMCACHED_ASKED)),)
 MEMCACHED_BUILD := $(shell $(shell $(PG_CONFIG) --cc) $(shell $(PG_CONFIG) --cppflags) $(CPPFLAGS) \
 	-E -include libmemcached/memcached.h -x c /dev/null >/dev/null 2>&1 && echo on || echo off)
-ifneq ($(strip $(MEMCACHED)),)
+ifneq ($(MEMCACHED_ASKED),)
 ifeq ($(MEMCACHED_BUILD),off)
 $(error MEMCACHED=$(MEMCACHED), but libmemcached/memcached.h is not found: install libmemcached-dev, or build with make MEMCACHED=0)
 endif
@@ -77,11 +82,20 @@ ifeq ($(MEMCACHED_BUILD),on)
 PG_CPPFLAGS += -DSHARDED_SEQ_MEMCACHED
 SHLIB_LINK += -lmemcached
 else
-# installcheck leaves out the pg_regress files that make memcached objects
-REGRESS := $(filter-out $(patsubst sql/%.sql,%,$(shell grep -l "'memcached'" sql/*.sql 2>/dev/null)),$(REGRESS))
+# installcheck leaves out the tests that make memcached objects or start a
+# memcached: one list of files, for pg_regress, isolation and TAP
+MEMCACHED_TESTS := $(shell grep -l "'memcached'\|Memcached" sql/*.sql specs/*.spec t/*.pl 2>/dev/null)
+REGRESS := $(filter-out $(patsubst sql/%.sql,%,$(filter sql/%,$(MEMCACHED_TESTS))),$(REGRESS))
+ISOLATION := $(filter-out $(patsubst specs/%.spec,%,$(filter specs/%,$(MEMCACHED_TESTS))),$(ISOLATION))
+ifdef TAP_TESTS
+PROVE_TESTS = $(filter-out $(MEMCACHED_TESTS),$(sort $(wildcard t/*.pl)))
 endif
+endif
+# make -n changes nothing, the stamp included
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
 ifneq ($(MEMCACHED_BUILD),$(shell cat .memcached 2>/dev/null))
 $(shell echo $(MEMCACHED_BUILD) > .memcached)
+endif
 endif
 EXTRA_CLEAN += .memcached
 

@@ -100,6 +100,28 @@ def check(src):
     return problems, len(files)
 
 
+def stale_objects(src):
+    """What reads the objects must read today's: each .c under src has its
+    .o, newer than the .c and than every .h under src, and no .o is left
+    of a .c that is gone."""
+    cs, newest_h = [], 0.0
+    for root, _, names in os.walk(src):
+        cs += [os.path.join(root, n) for n in names if n.endswith(".c")]
+        newest_h = max([newest_h] + [os.path.getmtime(os.path.join(root, n)) for n in names if n.endswith(".h")])
+    problems = []
+    for root, _, names in os.walk(src):
+        for n in names:
+            if n.endswith(".o") and not os.path.exists(os.path.join(root, n[:-2] + ".c")):
+                problems.append(f"{os.path.relpath(os.path.join(root, n), src)} has no .c (a moved or removed file): run make clean")
+    for c in sorted(cs):
+        o = c[:-2] + ".o"
+        if not os.path.exists(o):
+            problems.append(f"{os.path.relpath(o, src)} is missing: run make first")
+        elif os.path.getmtime(o) < max(os.path.getmtime(c), newest_h):
+            problems.append(f"{os.path.relpath(o, src)} is older than its .c or a header: run make first")
+    return problems
+
+
 def check_objects(src):
     """Calls between the built objects keep the layers too (rule 5)."""
     import subprocess
@@ -108,6 +130,9 @@ def check_objects(src):
         objs += [os.path.join(root, n) for n in names if n.endswith(".o")]
     if not objs:
         return ["no objects under src/: build first (make)"], 0
+    stale = stale_objects(src)
+    if stale:
+        return stale, len(objs)
     defined, needs, functions = {}, {}, set()
     for o in objs:
         out = subprocess.run(["nm", "-P", o], capture_output=True, text=True, check=True).stdout
@@ -199,6 +224,25 @@ def self_test():
         problems, _ = check(d)
         print(f"self-test: a tree that keeps the rules: {'passes' if not problems else 'REFUSED'}")
         ok &= not problems
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "counter"))
+        for n in ("counter/a.c", "counter/a.o", "counter/b.c", "counter/b.o", "counter/counter.h"):
+            open(os.path.join(d, n), "w").close()
+        os.utime(os.path.join(d, "counter/counter.h"), (1, 1))
+        os.utime(os.path.join(d, "counter/a.c"), (1, 1))
+        os.utime(os.path.join(d, "counter/b.c"), (1, 1))
+        fresh = not stale_objects(d)
+        os.utime(os.path.join(d, "counter/b.o"), (0, 0))
+        old = len(stale_objects(d)) == 1
+        os.remove(os.path.join(d, "counter/b.o"))
+        missing = len(stale_objects(d)) == 1
+        os.utime(os.path.join(d, "counter/a.o"), (1, 1))
+        os.utime(os.path.join(d, "counter/counter.h"), (2, 2))
+        header = any("a.o is older" in p for p in stale_objects(d))
+        for what, good in (("objects newer than their sources: pass", fresh), ("an object older than its .c: caught", old),
+                           ("an object missing: caught", missing), ("an object older than a header: caught", header)):
+            print(f"self-test: {what if good else 'WRONG: ' + what}")
+            ok &= good
     return ok
 
 

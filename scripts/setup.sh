@@ -63,7 +63,8 @@ fi
 export PATH="/usr/lib/postgresql/$PG_MAJOR/bin:$PATH"
 echo "==> building for PostgreSQL $PG_MAJOR"
 make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null
-make -s WERROR="${WERROR:-}" WAIT_POINTS="${WAIT_POINTS:-}" PG_CONFIG="$PG_CONFIG" >/dev/null
+# with libmemcached (installed above), or stop: the tests need it
+make -s WERROR="${WERROR:-}" WAIT_POINTS="${WAIT_POINTS:-}" MEMCACHED="${MEMCACHED:-1}" PG_CONFIG="$PG_CONFIG" >/dev/null
 echo "==> installing the extension"
 # make install adds files and removes none.  An install script this tree
 # does not ship (such as a full sharded_seq--X.sql from before the scripts
@@ -72,4 +73,4 @@ echo "==> installing the extension"
 for f in "$("$PG_CONFIG" --sharedir)"/extension/sharded_seq--*.sql; do
     if [ -e "$f" ] && [ ! -e "${f##*/}" ]; then $SUDO rm -f "$f"; fi
 done
-$SUDO make -s install PG_CONFIG="$PG_CONFIG" >/dev/null
+$SUDO make -s install MEMCACHED="${MEMCACHED:-1}" PG_CONFIG="$PG_CONFIG" >/dev/null

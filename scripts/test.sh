@@ -55,7 +55,7 @@ wait_for() {
 if [ -z "${SSQ_TEST_CLUSTER:-}" ]; then
     # t/citus.pl needs Citus, built from ../shared/citus once and cached
     # (PostgreSQL 15 only; without the sources it says so and the test skips)
-    if ! WERROR=1 WAIT_POINTS=1 scripts/setup.sh || ! scripts/citus.sh; then
+    if ! WERROR=1 WAIT_POINTS=1 MEMCACHED=1 scripts/setup.sh || ! scripts/citus.sh; then
         echo "build failed"
         echo "0 passed, 1 failed"
         exit 1
@@ -197,7 +197,7 @@ run_regress() {
         echo "==> pg_regress$sfx"
         rm -rf "$out"
         run_test make -s installcheck PG_CONFIG="$PGBIN/pg_config" EXTRA_REGRESS_OPTS="${sfx:+--outputdir=output$sfx}" \
-            WAIT_POINTS=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress$sfx.log" 2>&1
+            WAIT_POINTS=1 MEMCACHED=1 ISOLATION= TAP_TESTS= REGRESS="${regress[*]}" >"$WORK/regress$sfx.log" 2>&1
         regress_results "regress$sfx" "$WORK/regress$sfx.log" "$out" "${regress[@]}"
     fi
     for f in specs/*.spec; do
@@ -209,7 +209,7 @@ run_regress() {
         echo "==> isolation$sfx"
         rm -rf "$out_iso"
         run_test make -s installcheck PG_CONFIG="$PGBIN/pg_config" EXTRA_REGRESS_OPTS="--outputdir=$out_iso" \
-            WAIT_POINTS=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation$sfx.log" 2>&1
+            WAIT_POINTS=1 MEMCACHED=1 REGRESS= TAP_TESTS= ISOLATION="${iso[*]}" >"$WORK/isolation$sfx.log" 2>&1
         regress_results "isolation$sfx" "$WORK/isolation$sfx.log" "$out_iso/results" "${iso[@]}"
     fi
 }

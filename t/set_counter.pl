@@ -20,8 +20,10 @@
 # session's is absorbed, at the next commit or at exit; one after the last
 # set counts; a set in its own session absorbs it, unless rolled back.
 # Then, on a fresh server and memcached: a transaction's increments around
-# its own set, memcached gone at its commit, count.  Last, two sets in one
+# its own set, memcached gone at its commit, count.  Then two sets in one
 # transaction: in ascending counter id, or a deadlock whose hint says so.
+# Last, a session that cannot reach memcached while it holds a 'memcached'
+# counter's amount: its set, and its move out of the mode, are refused.
 #
 # SSQ_SET_NAIVE=1 replaces each set by counter_incr(total - counter_value()),
 # the way without set_counter: the checks then fail (concurrent commits are
@@ -433,5 +435,37 @@ for my $order (['dx', 'dy'], ['dy', 'dx'])
 $ws->quit;
 $wc->quit;
 $own->stop;
+
+# 8. memcached holds a 'memcached' counter's committed amount (no worker
+# flushes it: not preloaded) and a session cannot reach it (its
+# memcached_servers emptied, as a build without libmemcached is): a set
+# there, or leaving the mode, would let the amount count on top of the set
+# total once flushed (set 5, flushed: 1005).  Both are refused.
+my $mc8 = ShardedSeq::Memcached->new;
+my $off = ssq_node('unreached', preload => 0,
+	conf => "sharded_seq.memcached_servers = '" . $mc8->servers . "'\n");
+$off->safe_psql($db, q{
+SELECT sharded_seq.create_counter('ov', mode => 'memcached');
+SELECT counter_incr('ov', 1000);
+});
+is($off->safe_psql($db, "SELECT sharded_seq.counter_pending(id) FROM sharded_seq.counter_config WHERE name = 'ov'"),
+	1000, 'unreached: the amount is in memcached');
+for my $call ("sharded_seq.set_counter('ov', 5)", "sharded_seq.alter_counter('ov', mode => 'exact')")
+{
+	my ($rc, $out, $err) = $off->psql($db,
+		"SET sharded_seq.memcached_servers = ''; SELECT $call",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/ERROR:  55000: cannot [a-z ]+ counter "ov" \(mode 'memcached'\): sharded_seq.memcached_servers is empty/,
+		"unreached: $call is refused");
+	like($err, qr/HINT:  Set sharded_seq.memcached_servers to the servers that hold its amounts/, '... and says what to do');
+}
+$off->safe_psql($db, 'SELECT sharded_seq.flush_counters()');
+is($off->safe_psql($db, "SELECT counter_value('ov') || ' ' || mode FROM sharded_seq.counters WHERE name = 'ov'"),
+	'1000 memcached', 'unreached: once flushed, the total is the true sum (not the set plus the amount)');
+$off->safe_psql($db, "SELECT sharded_seq.set_counter('ov', 5)");
+$off->safe_psql($db, "SELECT counter_incr('ov', 1)");
+$off->safe_psql($db, 'SELECT sharded_seq.flush_counters()');
+is($off->safe_psql($db, "SELECT counter_value('ov')"), 6, 'unreached: with the servers set, the set counts, and what follows on top');
+$off->stop;
 
 done_testing();

@@ -202,6 +202,7 @@ extern McResult McAdd(const char *key, int64 value, time_t expiry);
 extern McResult McSet(const char *key, int64 value, time_t expiry);
 extern bool McCheckServers(const char *list);
 extern void McRequireBuilt(const char *what);
+extern void McRequireReachable(const char *what, const char *name);
 extern void McProbeServers(void (*report) (const char *, int, bool, const char *, void *),
 						   void *arg);
 

@@ -60,6 +60,31 @@ McRequireBuilt(const char *what)
 				 errhint(MC_BUILD_HINT)));
 }
 
+/*
+ * A 'memcached' counter's amounts may be in memcached, which this backend
+ * cannot reach (no server set, or a build without libmemcached): refuse
+ * what would absorb them (a set) or leave them behind (leaving the mode).
+ * Flushed once memcached is reached again, they would count on top of a
+ * total set without them, above the true sum.
+ */
+void
+McRequireReachable(const char *what, const char *name)
+{
+	if (McEnabled())
+		return;
+	if (!MC_BUILT)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot %s counter \"%s\" (mode 'memcached'): sharded_seq was built without libmemcached", what, name),
+				 errdetail("Amounts memcached may still hold for it would count on top of the total once a build with libmemcached flushes them."),
+				 errhint("On a build with libmemcached, move it to mode 'exact' with sharded_seq.alter_counter(), which flushes memcached's amounts, before switching builds.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot %s counter \"%s\" (mode 'memcached'): sharded_seq.memcached_servers is empty", what, name),
+			 errdetail("Amounts memcached may still hold for it would count on top of the total once the servers are set again."),
+			 errhint("Set sharded_seq.memcached_servers to the servers that hold its amounts (a fresh memcached if they lost them), and try again.")));
+}
+
 /* Settings changed: rebuild the handle before its next use (never here). */
 void
 McSettingsChanged(void)

@@ -178,12 +178,17 @@ alter_counter(PG_FUNCTION_ARGS)
 		Oid			mode_types[2] = {INT4OID, TEXTOID};
 		Datum		mode_args[2] = {Int32GetDatum(row.id), CStringGetTextDatum(mode)};
 		bool		leaves_memcached = ParseCounterMode(mode, strlen(mode)) != MODE_MEMCACHED;
+		CounterConfigRow config;
 
 		/*
 		 * Leaving mode 'memcached': once no commit can still add to memcached,
 		 * move what it holds into the rows.  A shared-memory slot needs
 		 * nothing: the worker flushes it whatever the mode.
 		 */
+		/* what memcached holds must move, or the counter stays */
+		if (leaves_memcached && FetchCounterConfig(NULL, row.id, &config) &&
+			config.mode == MODE_MEMCACHED)
+			McRequireReachable("change the mode of", name);
 		if (leaves_memcached)
 			LockCounterCommits(row.id);
 		if (leaves_memcached && McEnabled() &&
@@ -349,6 +354,8 @@ set_counter(PG_FUNCTION_ARGS)
 
 	BeginAsOwner(&ctx);
 	mode = FetchCounterForSet(ctx.caller, name, &row);
+	if (mode == MODE_MEMCACHED)
+		McRequireReachable("set", name);
 
 	/*
 	 * Commits take their counters' locks, pins and rows in ascending id, and
@@ -425,7 +432,7 @@ set_counter(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("cannot set counter \"%s\": memcached cannot be read", name),
 					 errdetail("Its amount in memcached would count on top of the total once memcached is back."),
-					 errhint("Try again when sharded_seq.memcached_servers can be reached; if memcached lost its data, empty that setting first.")));
+					 errhint("Try again when sharded_seq.memcached_servers can be reached; if memcached lost its data, point that setting at a fresh memcached.")));
 	}
 
 	/*

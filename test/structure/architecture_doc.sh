@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # docs/architecture.md names every source file (src/**/*.c, *.h, in any
 # folder, new ones included) and no file that is gone, has a section for
-# every folder of src/, and names every install script (sharded_seq--*.sql);
-# every subsystem folder has a README.md with its data flow, its invariants
+# every folder of src/ at any depth, and names every install script
+# (sharded_seq--*.sql); every folder of src/ has a README.md with its data flow, its invariants
 # and the lock order; and the README's Debian package file names carry the
 # control file's default_version.
 set -euo pipefail
@@ -19,7 +19,9 @@ for f in $(grep -o 'src/[A-Za-z0-9_/.-]*\.[ch]\b' "$doc" | sort -u); do
     [ -f "$f" ] || { echo "FAILED: $doc names $f, which does not exist"; fail=1; }
 done
 folders=0
-for d in src/*/; do
+# every folder of src/ at any depth (src/counter/x/ needs its own section and README)
+while IFS= read -r d; do
+    d="$d/"
     folders=$((folders + 1))
     grep -q "^### \`${d}\`" "$doc" || { echo "FAILED: $doc has no section \"### \`$d\`\""; fail=1; }
     r="${d}README.md"
@@ -27,7 +29,7 @@ for d in src/*/; do
     for section in "Data flow" "Invariants" "Lock order"; do
         grep -qi "^#.*$section" "$r" || { echo "FAILED: $r has no section \"$section\""; fail=1; }
     done
-done
+done < <(find src -mindepth 1 -type d ! -name '.*' | sort)
 scripts=0
 for f in sharded_seq--*.sql; do
     scripts=$((scripts + 1))

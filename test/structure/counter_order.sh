@@ -5,7 +5,8 @@
 # own step or above, so no two counter files need each other; slots.c, "below
 # every user of it", calls no other counter file.  Read from the built objects
 # (nm), as scripts/layers.py reads calls between folders, so the comment
-# stays true.  It first proves on made-up calls that it catches each kind of
+# stays true; an object of src/ missing or older than its .c or any header
+# fails (run make first).  It first proves on made-up calls that it catches each kind of
 # violation.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -77,10 +78,14 @@ steps, leaves = read_order(open(HEADER).read())
 if not steps:
     print(f"FAILED: {HEADER} has no order of calls (\"calls run down: ... (README.md)\")")
     sys.exit(1)
-objs = sorted(glob.glob('src/counter/*.o'))
-if not objs:
-    print("FAILED: no objects under src/counter/: build first (make)")
+sys.path.insert(0, 'scripts')
+from layers import stale_objects
+stale = stale_objects('src')
+for s in stale:
+    print("FAILED:", s)
+if stale:
     sys.exit(1)
+objs = sorted(glob.glob('src/counter/*.o'))
 files = [os.path.basename(p) for p in sorted(glob.glob('src/counter/*.c'))]
 defined, needs = {}, {}
 for o in objs:

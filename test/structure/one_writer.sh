@@ -4,8 +4,21 @@
 # stand on, src/counter/layout.c).  ShardWrite is extern: any file of the
 # folder may call it, and this check, not `static`, keeps every other way out:
 #   - no heap write (heap_insert, heap_update, heap_delete, heap_multi_insert,
-#     simple_heap_*, table_tuple_*, ShardedHeapUpdate, CatalogTuple*) in any
-#     file of src/ outside ShardWrite;
+#     heap_inplace_update, simple_heap_*, table_tuple_*, ShardedHeapUpdate,
+#     CatalogTuple*, BeginCopyFrom/CopyFrom, ExecSimpleRelation*) named in any
+#     file under src/ (whatever its extension; a README.md only when some file
+#     #includes it) outside ShardWrite, not even as a macro's body, and no
+#     rd_tableam (the table AM's own calls) outside the writer's file;
+#   - the same read from the built objects (nm -u): only the writer's object
+#     may reference those functions; another object that writes another
+#     table with them needs a line of OBJECT_ALLOWED with the reason (none
+#     today); an object missing or older than its .c or any header fails;
+#   - a string literal naming counter_shards (adjacent literals joined, and
+#     a macro that stands for literals expanded, also outside functions) only
+#     in a plan ShardWrite runs (below), in a read (FROM or JOIN
+#     counter_shards in a statement with no write verb), or in a use listed
+#     in NAME_ALLOWED with its reason: a bare name kept in a variable
+#     (DELETE FROM %s) fails;
 #   - SQL that names counter_shards beside a write verb (adjacent literals
 #     and a statement's literals joined, so a name put in with %s still
 #     counts; FOR UPDATE/SHARE is a read) only as a plan prepared with
@@ -19,9 +32,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 - <<'PY'
-import glob, os, re, sys, tempfile
+import glob, os, re, subprocess, sys, tempfile
+sys.path.insert(0, 'scripts')
+from layers import stale_objects
 
 WRITER_FILE = 'src/counter/rows.c'
+
+def string_macros(texts):
+    """Object-like macros whose body is string literals: name -> body."""
+    out = {}
+    for t in texts:
+        for m in re.finditer(r'^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+((?:"(?:[^"\\\n]|\\.)*"[ \t]*(?:\\\n[ \t]*)?)+)$', t, re.M):
+            out[m.group(1)] = m.group(2).replace('\\\n', ' ')
+    return out
+
+def expand(t, macros):
+    for name, body in macros.items():
+        t = re.sub(r'(?<!define )\b' + name + r'\b', lambda m: ' ' + body + ' ', t)
+    return t
+
+def blank_strings(t):
+    """Code without the text of its string literals (a message may name a function)."""
+    return re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', t)
 
 def strip_comments(t):
     t = re.sub(r'/\*.*?\*/', lambda m: '\n' * m.group(0).count('\n'), t, flags=re.S)
@@ -74,9 +106,30 @@ def sql_text(code):
     joined = re.sub(r'"\s*\n?\s*"', '', code)
     return ' '.join(re.findall(r'"((?:[^"\\\n]|\\.)*)"', joined))
 
-HEAP = re.compile(r'\b(heap_insert|heap_update|heap_delete|heap_multi_insert|simple_heap_\w+|'
-                  r'table_tuple_(insert|update|delete)|table_multi_insert|simple_table_tuple_\w+|'
-                  r'ShardedHeapUpdate|CatalogTuple\w+)\s*\(')
+# named at all (a macro may rename one without calling it)
+WRITE_FUNCS = (r'heap_insert|heap_update|heap_delete|heap_multi_insert|heap_inplace_update|simple_heap_\w+|'
+               r'table_tuple_(?:insert|update|delete|lock)|table_multi_insert|simple_table_tuple_\w+|'
+               r'CatalogTuple\w+|BeginCopyFrom|CopyFrom|ExecSimpleRelation\w+')
+HEAP = re.compile(r'\b(' + WRITE_FUNCS + r'|ShardedHeapUpdate|rd_tableam)\b')
+SYMBOL = re.compile(r'^(?:' + WRITE_FUNCS + r')$')
+# an object other than the writer's that references one: (object, symbol) -> why
+OBJECT_ALLOWED = {}
+# a use of the bare name counter_shards that is no write: (file, pattern) -> why
+NAME_ALLOWED = {
+    ('src/worker/hooks.c', r'ChangesOwnTable\s*\(\s*\w+\s*,\s*"counter_shards"\s*\)'):
+        'a utility command on the table drops every kept total: a comparison with the name',
+    ('src/common/catalog.c', r'\{\s*"counter_shards"\s*,\s*"rows_(?:changed|truncated)_elsewhere"'):
+        'the firing modes of its triggers (ALTER TABLE ... ENABLE ALWAYS TRIGGER)',
+    ('src/counter/rows.c', r'ConfigRelid\s*\(\s*"counter_shards"\s*\)|errhint\s*\("It is fired by changes to sharded_seq\.counter_shards'):
+        'the writer\'s file: its relation id, and a trigger\'s hint',
+    ('src/counter/sums.c', r'table_open\s*\(\s*ConfigRelid\s*\(\s*"counter_shards"\s*\)\s*,\s*AccessShareLock\s*\)'):
+        'opened to sum the rows (AccessShareLock; a heap write would fail the other checks)',
+    ('src/counter/apply.c', r'\w+\s*=\s*ConfigRelid\s*\(\s*"counter_shards"\s*\)'):
+        'the relation id, for the rows it scans and hands to ShardWrite',
+    ('src/counter/maintain.c', r'table_open\s*\(\s*ConfigRelid\s*\(\s*"counter_shards"\s*\)\s*,\s*RowExclusiveLock\s*\)'):
+        'opened for the rows it hands to ShardWrite',
+}
+READ = re.compile(r'\b(?:FROM|JOIN)\s+(?:sharded_seq\s*\.\s*)?counter_shards\b', re.I)
 VERB = re.compile(r'\b(INSERT|UPDATE|DELETE|COPY|TRUNCATE|MERGE)\b', re.I)
 LOCKING = re.compile(r'\bFOR\s+(NO\s+KEY\s+UPDATE|UPDATE|KEY\s+SHARE|SHARE)\b', re.I)
 TABLE = re.compile(r'(?<![\w$])counter_shards\b', re.I)
@@ -95,26 +148,57 @@ def sql_wrappers(funcs):
             out.add(name)
     return out
 
+def source_files(root):
+    """Every file under src/ but objects; a .md only when a file #includes it."""
+    files = [f for f in sorted(glob.glob(os.path.join(root, 'src/**/*'), recursive=True))
+             if os.path.isfile(f) and not re.search(r'\.(o|bc|so)$', f)]
+    texts = {f: open(f, errors='replace').read() for f in files}
+    included = {os.path.basename(m) for t in texts.values()
+                for m in re.findall(r'#\s*include\s*[<"]([^>"]+)[>"]', t)}
+    return {f: t for f, t in texts.items() if not f.endswith('.md') or os.path.basename(f) in included}
+
+def name_uses(path, st):
+    """Uses of counter_shards in a statement's literals that are neither a
+    read nor listed: what a write could be built from."""
+    if not TABLE.search(sql_text(st)):
+        return []
+    rest = st
+    for (f, pattern), _ in NAME_ALLOWED.items():
+        if f == path:
+            rest = re.sub(pattern, ' ', rest)
+    # each run of adjacent literals: a whole read (SELECT or WITH ... FROM
+    # counter_shards) in a statement with no write verb, or a use listed
+    runs = re.findall(r'"((?:[^"\\\n]|\\.)*)"', re.sub(r'"\s*\n?\s*"', '', rest))
+    reading = not VERB.search(LOCKING.sub(' ', sql_text(rest)))
+    return [r for r in runs if TABLE.search(r) and
+            not (reading and READ.search(r) and re.match(r'\s*\(?\s*(SELECT|WITH)\b', r, re.I))]
+
 def check(root):
     bad, writers, sql_writes = [], [], 0
-    files = sorted(glob.glob(os.path.join(root, 'src/**/*.[ch]'), recursive=True))
+    sources = source_files(root)
+    files = sorted(sources)
+    macros = string_macros(strip_comments(t) for t in sources.values())
     for full in files:
         path = os.path.relpath(full, root)
-        text = strip_comments(open(full).read())
+        text = expand(strip_comments(sources[full]), macros)
         funcs = functions(text)
         wrappers = sql_wrappers(funcs)
         for name, _, body in funcs:
             if name == 'ShardWrite':
                 writers.append((path, body))
-            for m in HEAP.finditer(body):
+            for m in HEAP.finditer(blank_strings(body)):
                 if path == WRITER_FILE and name == 'ShardWrite':
                     pass
-                elif path == 'src/common/compat.h' and name == 'ShardedHeapUpdate':
+                elif path == WRITER_FILE and m.group(1) == 'rd_tableam':
+                    pass
+                elif path == 'src/common/compat.h' and name == 'ShardedHeapUpdate' and m.group(1) != 'ShardedHeapUpdate':
                     pass            # the version shim ShardWrite calls
                 else:
-                    bad.append(f"{path}: {name}() calls {m.group(1)} (only ShardWrite in {WRITER_FILE} may write rows)")
+                    bad.append(f"{path}: {name}() names {m.group(1)} (only ShardWrite in {WRITER_FILE} may write rows)")
             for st in statements(body):
                 if not writes_shards(st):
+                    for u in name_uses(path, st):
+                        bad.append(f"{path}: {name}() names counter_shards in a literal that is no read: {u[:70]!r}")
                     continue
                 m = re.match(r'\s*PreparePlan\s*\(\s*&\s*(\w+)\s*,', st)
                 if not m:
@@ -140,12 +224,17 @@ def check(root):
         outside = text
         for _, _, body in funcs:
             outside = outside.replace(body, '')
-        for m in HEAP.finditer(outside):
-            if path != 'src/common/compat.h':
-                bad.append(f"{path}: {m.group(1)} outside any function (a macro?): only ShardWrite may write rows")
-        for line in outside.replace('\\\n', ' ').splitlines():
-            if writes_shards(line):
-                bad.append(f"{path}: SQL that may write counter_shards outside a function: {sql_text(line)[:70]!r}")
+        for m in HEAP.finditer(blank_strings(outside)):
+            if path != 'src/common/compat.h' or m.group(1) in ('ShardedHeapUpdate', 'rd_tableam'):
+                if m.group(1) != 'ShardedHeapUpdate' or not re.search(r'\bShardedHeapUpdate\s*\(', outside):
+                    bad.append(f"{path}: {m.group(1)} outside any function (a macro?): only ShardWrite may write rows")
+        directive = r'^[ \t]*#[^\n]*(?:\\\n[^\n]*)*'
+        for st in re.findall(directive, outside, re.M) + statements(re.sub(directive, ';', outside, flags=re.M)):
+            if writes_shards(st):
+                bad.append(f"{path}: SQL that may write counter_shards outside a function: {sql_text(st)[:70]!r}")
+            else:
+                for u in name_uses(path, st):
+                    bad.append(f"{path}: counter_shards named outside a function in a literal that is no read: {u[:70]!r}")
     if [p for p, _ in writers] != [WRITER_FILE]:
         bad.append(f"ShardWrite must be defined once, in {WRITER_FILE} (found in: {[p for p, _ in writers]})")
     else:
@@ -205,7 +294,81 @@ SELF_TESTS = {
         'void F(void) { static SPIPlanPtr l = NULL;'
         ' PreparePlan(&l, "SELECT value FROM sharded_seq.counter_shards FOR UPDATE", 0, NULL);'
         ' SPI_execute_plan(l, NULL, NULL, false, 0); }')),
+    # the escapes an adversarial review found in the check before
+    'a statement split over lines at file scope': (False, case(
+        'static const char *const Z =\n\t"UPDATE sharded_seq."\n\t"counter_shards SET value = 0";\n'
+        'void F(void) { SPI_execute(Z, false, 0); }')),
+    'the table\'s name in a variable': (False, case(
+        'void F(void) { const char *t = "counter_shards"; SPI_execute(psprintf("DELETE FROM sharded_seq.%s", t), false, 0); }')),
+    'a heap write renamed by a macro': (False, case(
+        '#define RowInsert heap_insert\nvoid F(Relation r, HeapTuple t) { RowInsert(r, t, 0, 0, NULL); }')),
+    'heap_inplace_update': (False, case('void F(Relation r, HeapTuple t) { heap_inplace_update(r, t); }')),
+    'the table AM called directly': (False, case(
+        'void F(Relation r, TupleTableSlot *s) { r->rd_tableam->tuple_insert(r, s, 0, 0, NULL); }')),
+    'the table\'s name in a macro between literals': (False, case(
+        '#define SHARDS "counter_shards"\nvoid F(void) { SPI_execute("UPDATE sharded_seq." SHARDS " SET value = 0", false, 0); }')),
+    'COPY FROM in C': (False, case(
+        'void F(Relation r) { CopyFromState cs = BeginCopyFrom(NULL, r, NULL, "/tmp/rows", false, NULL, NIL, NIL); (void) CopyFrom(cs); }')),
+    'a heap write in an #included file of another extension': (False, {**case('#include "rows.inc"\n'),
+        'src/counter/rows.inc': 'static void G(Relation r, HeapTuple t) { simple_heap_insert(r, t); }\n'}),
+    'a read\'s tail kept apart from its verb': (False, case(
+        'void F(void) { const char *v = "DELETE "; const char *t = "FROM sharded_seq.counter_shards";'
+        ' SPI_execute(psprintf("%s%s", v, t), false, 0); }')),
+    'a read of the table in a plan (allowed)': (True, case(
+        'void F(void) { static SPIPlanPtr r = NULL;'
+        ' PreparePlan(&r, "SELECT sum(value) FROM sharded_seq."\n "counter_shards WHERE counter_id = $1", 1, NULL);'
+        ' SPI_execute_plan(r, NULL, NULL, true, 0); }')),
+    'a message naming a heap function (allowed)': (True, case(
+        'void F(int r) { elog(ERROR, "unexpected heap_update status %d", r); }')),
 }
+
+def check_objects(root):
+    """Only the writer's object references a heap write function (nm -u)."""
+    bad = stale_objects(os.path.join(root, 'src'))
+    if bad:
+        return bad
+    writer = WRITER_FILE[:-2] + '.o'
+    for o in sorted(glob.glob(os.path.join(root, 'src/**/*.o'), recursive=True)):
+        path = os.path.relpath(o, root)
+        out = subprocess.run(['nm', '-u', o], capture_output=True, text=True, check=True).stdout
+        for sym in sorted({l.split()[-1] for l in out.splitlines() if l.strip()}):
+            if SYMBOL.match(sym) and path != writer and (path, sym) not in OBJECT_ALLOWED:
+                bad.append(f"{path} references {sym}: only {writer} may (or a line of OBJECT_ALLOWED saying why)")
+    return bad
+
+def self_test_objects():
+    """The object check, on objects compiled here: a heap write in another
+    object is caught, in the writer's passes, a stale object is caught."""
+    ok = True
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, 'src/counter'))
+        def build(path, body):
+            c = os.path.join(d, path)
+            open(c, 'w').write(body)
+            subprocess.run(['cc', '-c', '-o', c[:-2] + '.o', c], check=True)
+        build(WRITER_FILE, 'extern void heap_insert(void); void W(void) { heap_insert(); }\n')
+        build('src/counter/other.c', 'void G(void) { }\n')
+        good = not check_objects(d)
+        print(f"self-test: objects: a heap write in the writer's object: {'passes' if good else 'WRONG'}")
+        ok &= good
+        build('src/counter/other.c', 'extern void heap_inplace_update(void); void G(void) { heap_inplace_update(); }\n')
+        good = bool(check_objects(d))
+        print(f"self-test: objects: heap_inplace_update in another object: {'caught' if good else 'WRONG: passed'}")
+        ok &= good
+        build('src/counter/other.c', 'extern int BeginCopyFrom(void); int G(void) { return BeginCopyFrom(); }\n')
+        good = bool(check_objects(d))
+        print(f"self-test: objects: BeginCopyFrom in another object: {'caught' if good else 'WRONG: passed'}")
+        ok &= good
+        build('src/counter/other.c', 'void G(void) { }\n')
+        os.utime(os.path.join(d, 'src/counter/other.o'), (1, 1))
+        good = any('run make first' in b for b in check_objects(d))
+        print(f"self-test: objects: an object older than its .c: {'caught' if good else 'WRONG: passed'}")
+        ok &= good
+        os.remove(os.path.join(d, 'src/counter/other.o'))
+        good = any('run make first' in b for b in check_objects(d))
+        print(f"self-test: objects: an object missing: {'caught' if good else 'WRONG: passed'}")
+        ok &= good
+    return ok
 
 def self_test():
     ok = True
@@ -220,15 +383,16 @@ def self_test():
         ok &= good
     return ok
 
-if not self_test():
+if not (self_test() & self_test_objects()):
     print("FAILED: the check misses a kind of violation, or refuses a way that is allowed")
     sys.exit(1)
 
 bad, nfiles, sql_writes = check('.')
+bad += check_objects('.')
 for b in bad:
     print("FAILED:", b)
 if bad:
     sys.exit(1)
 print(f"RESULT every heap write of shard rows in {nfiles} files is inside ShardWrite, "
-      f"and {sql_writes} SQL writes go through it")
+      f"{sql_writes} SQL writes go through it, and only {WRITER_FILE[:-2]}.o references a heap write")
 PY
