@@ -77,13 +77,33 @@ chain() {
     done
     [ "$k" != 0 ] || part 9 "across majors" scripts/cross_major.sh --may-match-nothing "$PATTERN"
 }
+# Every part counts as a failure until it ends with its own result: one
+# that never ran (an interrupt, a chain that died) is not left out.
+expect() {  # expect N LABEL
+    printf '%s\n%s\n%s\n' "$2" "0 passed, 1 failed (did not finish)" 0 >"$WORK/part.$1.result"
+    : >"$WORK/part.$1.log"
+}
+expect 1 "PostgreSQL 15 (host)"
+for i in "${!CHROOTS[@]}"; do expect $((i + 2)) "${CHROOTS[$i]#* }"; done
+expect 9 "across majors"
+
+# An interrupt (INT, TERM) stops every chain's whole process group (each
+# chain is started as a job of its own: a chroot part's test run ends its
+# test and its count), waits for them, and the run then ends non-zero with
+# what finished.
+interrupted=0
 chains=()
-trap 'kill -TERM "${chains[@]}" 2>/dev/null' INT TERM
+trap 'interrupted=1; for c in "${chains[@]}"; do kill -TERM -- "-$c" 2>/dev/null; done' INT TERM
+set -m
 for ((k = 0; k < JOBS; k++)); do
     chain $k &
     chains+=($!)
 done
-for c in "${chains[@]}"; do wait "$c"; done
+set +m
+for c in "${chains[@]}"; do
+    wait "$c"
+    while kill -0 "$c" 2>/dev/null; do wait "$c"; done
+done
 trap - INT TERM
 
 total_passed=0
@@ -92,7 +112,7 @@ echo "===================="
 for r in "$WORK"/part.*.result; do
     [ -f "$r" ] || continue
     { read -r label; read -r line; read -r secs; } <"$r"
-    if [[ "$line" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    if [[ "$line" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed( \(did not finish\))?$ ]]; then
         total_passed=$((total_passed + BASH_REMATCH[1]))
         total_failed=$((total_failed + BASH_REMATCH[2]))
     else
@@ -111,6 +131,10 @@ done | sort -rn | head -n 10 | awk '{ printf "  %6.1fs  %s %s %s\n", $1, $2, $3,
 if [ $((total_passed + total_failed)) = 0 ]; then
     echo "no test matches '$PATTERN'"
     total_failed=1
+fi
+if [ $interrupted = 1 ]; then
+    echo "interrupted"
+    [ "$total_failed" != 0 ] || total_failed=1
 fi
 echo "$total_passed passed, $total_failed failed"
 [ "$total_failed" = 0 ]

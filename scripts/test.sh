@@ -153,13 +153,29 @@ trap '[ "$failed" != 0 ] || rm -rf "$WORK"' EXIT
 # shows its diff against expected/NAME.out (RESULTS/NAME.out), or the log if
 # there is none.  (pg_regress also accepts expected/NAME_1.out: a test whose
 # output differs when the library is preloaded has one, and says why.)
+# own_expected GROUP RESULTS NAME: where a test has an alternative output
+# (expected/NAME_1.out: preloaded), pg_regress takes either for either run;
+# each configuration must match its own, so that a preloaded run behaving as
+# if not preloaded (or the reverse) fails.  Whitespace as pg_regress (-w).
+own_expected() {
+    local e="expected/$3.out"
+    [ -f "expected/${3}_1.out" ] || return 0
+    [[ "$1" == *-preloaded ]] && e="expected/${3}_1.out"
+    if ! diff -w -q "$e" "$2/$3.out" >/dev/null 2>&1; then
+        { echo "$3: pg_regress took it, but the output is not $e, this configuration's own:"
+          diff -u "$e" "$2/$3.out"; } >"$WORK/$1_$3.own" 2>&1
+        return 1
+    fi
+}
+
 regress_results() {
     local group="$1" log="$2" results="$3" t line ms e
     shift 3
     for t in "$@"; do
         line="$(grep -E "^(ok|not ok|test) +([0-9]+ +[-+] +)?$t +(\.\.\. )?|^ +$t +\.\.\. " "$log" | head -n 1)"
         ms="$(sed -nE 's/.* ([0-9]+) ms$/\1/p' <<<"$line")"
-        if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$log"; then
+        if grep -Eq "^(ok|test) +[0-9]* *-? *$t +\.\.\. ok|^test $t +\.\.\. ok|^ok +[0-9]+ +[-+] +$t +[0-9]" "$log" &&
+            own_expected "$group" "$results" "$t"; then
             record 0 "$group/$t" "${ms:-0}"
         else
             # against the expected output it differs from least
@@ -174,6 +190,7 @@ regress_results() {
                 done
                 rm -f "$WORK/${group}_$t.d"
             fi
+            [ ! -f "$WORK/${group}_$t.own" ] || mv "$WORK/${group}_$t.own" "$WORK/${group}_$t.diff"
             [ -f "$WORK/${group}_$t.diff" ] || cp "$log" "$WORK/${group}_$t.diff"
             record 1 "$group/$t" "${ms:-0}" "$WORK/${group}_$t.diff" head
         fi
